@@ -200,6 +200,9 @@ def validate(cfg: ConfigDict) -> None:
         raise ValueError(f"name={cfg.name!r} must be a plain directory name (no '/', not starting with . or _)")
     if cfg.rl.algo.estimator not in list_estimators():
         raise ValueError(f"estimator={cfg.rl.algo.estimator!r} is unknown; valid: {', '.join(list_estimators())}")
+    if cfg.data.dataset == "synthetic" and cfg.data.path:
+        raise ValueError(f"dataset_path={cfg.data.path!r} is set but dataset='synthetic' (generated, reads no "
+                         "files): pass --dataset=<load_dataset name> too")
     if cfg.data.dataset != "synthetic":
         try:
             canonical_name(cfg.data.dataset)

@@ -1,5 +1,5 @@
-"""experiments/tiny_pipeline.py: a toy-size end-to-end run, the base-model cache, judging cache,
-flag validation."""
+"""experiments/tiny_pipeline.py: toy-size end-to-end runs (synthetic route; --model_path + --dataset=mbpp
+route, in process and from the command line), the base-model cache, judging cache, flag validation."""
 import json
 import os
 import pathlib
@@ -99,6 +99,7 @@ def test_caching_executor_judges_each_program_once_and_never_caches_failures():
     (dict(k=9), "k=9"),
     (dict(dataset="mbpp"), "needs --model_path"),
     (dict(dataset="no_such_set"), "neither 'synthetic'"),
+    (dict(dataset_path="/data/mbpp"), "dataset_path='/data/mbpp' is set but dataset='synthetic'"),
     (dict(model_path="/nonexistent"), "not a Hugging Face directory"),
     (dict(name="a/b"), "plain directory name"),
 ])
@@ -129,3 +130,134 @@ def test_help_lists_every_flag():
                  "overwrite", "progress"):
         match = re.search(rf"--(\[no\])?{name}: (.+)", out.stdout)
         assert match and len(match.group(2)) > 20, name
+
+
+
+# ----------------------------------------------------------------------------------------------
+# The real-checkpoint route: --model_path (a HF Qwen2 directory) + --dataset=mbpp --dataset_path
+# ----------------------------------------------------------------------------------------------
+def _mbpp_row(task_id, text, code, tests):
+    return {"task_id": task_id, "text": text, "code": code, "test_list": tests, "test_setup_code": "",
+            "challenge_test_list": []}
+
+
+MBPP_TRAIN = [
+    _mbpp_row(601, "Write a function to add two numbers.", "def add(a, b):\n    return a + b",
+              ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 5) == 4"]),
+    _mbpp_row(602, "Write a function to double a number.", "def double(x):\n    return 2 * x",
+              ["assert double(2) == 4", "assert double(0) == 0", "assert double(-3) == -6"]),
+    _mbpp_row(603, "Write a function to reverse a list.", "def rev(xs):\n    return xs[::-1]",
+              ["assert rev([1, 2, 3]) == [3, 2, 1]", "assert rev([]) == []"]),
+]
+MBPP_TEST = [
+    _mbpp_row(11, "Write a function to find the maximum of two numbers.",
+              "def maximum(a, b):\n    return max(a, b)",
+              ["assert maximum(1, 2) == 2", "assert maximum(5, 3) == 5", "assert maximum(-1, -4) == -1"]),
+    _mbpp_row(12, "Write a function to square a number.", "def square(x):\n    return x * x",
+              ["assert square(3) == 9", "assert square(0) == 0"]),
+    _mbpp_row(13, "Write a function to negate a number.", "def neg(x):\n    return -x",
+              ["assert neg(3) == -3"]),
+]
+TRAIN_FUNCS, TEST_FUNCS = {"add", "double", "rev"}, ["maximum", "square", "neg"]
+
+
+@pytest.fixture(scope="module")
+def mbpp_route(tmp_path_factory):
+    """(MBPP directory in the upstream ``full`` schema with train.jsonl / test.jsonl, tiny HF-format
+    Qwen2 checkpoint + tokenizer trained on the fixture text)."""
+    from maxk_jax.models import tiny
+
+    root = tmp_path_factory.mktemp("mbpp_route")
+    data = root / "mbpp"
+    data.mkdir()
+    for split, rows in (("train", MBPP_TRAIN), ("test", MBPP_TEST)):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    corpus = [r["text"] + "\n" + r["code"] + "\n" + "\n".join(r["test_list"]) for r in MBPP_TRAIN + MBPP_TEST] * 4
+    # MBPP prompts are a few hundred byte-level tokens: room for prompt + completion
+    ckpt = tiny.build_tiny_checkpoint(root / "ckpt", corpus, seed=0, vocab_size=300, hidden_size=32, num_layers=1,
+                                      num_heads=2, num_kv_heads=1, intermediate_size=64, max_position_embeddings=1024)
+    return str(data), ckpt
+
+
+@pytest.fixture
+def hf_datasets_cache(tmp_path, monkeypatch):
+    """Keep the `datasets` cache of the fixture files out of the user's HF cache."""
+    import datasets
+
+    cache = str(tmp_path / "hf_datasets_cache")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    return cache
+
+
+class _RecordingExecutor:
+    """The embedded judge, recording the entry point of every submission it judges."""
+
+    def __init__(self):
+        from maxk_jax.execution.client import make_executor
+
+        self.inner, self.entry_points = make_executor("embedded:2"), []
+
+    def judge(self, subs):
+        self.entry_points += [s["tests"]["entry_point"] for s in subs]
+        return self.inner.judge(subs)
+
+    def close(self):
+        self.inner.close()
+
+
+def _check_mbpp_run(run: pathlib.Path, ckpt: str, n: int) -> None:
+    report = (run / "report.md").read_text()
+    assert "estimator `grpo`" in report and f"model: HF checkpoint {os.path.abspath(ckpt)}" in report
+    assert "| rl |" in report and "| eval base |" in report and "| eval trained |" in report
+    assert "base (tokenizer + model + warm-up)" not in report  # --model_path skips the tiny build
+    for which in ("base", "trained"):
+        rows = [json.loads(line) for line in (run / which / "per_problem.jsonl").read_text().splitlines()]
+        # the first eval.num_problems = 2 rows of the fixture's test split, judged on their own asserts
+        assert [r["id"] for r in rows] == ["mbpp/11", "mbpp/12"]
+        assert [r["n"] for r in rows] == [n, n]
+        assert all(s == "ok" for r in rows for s in r["statuses"])
+        assert [set(r["total"]) for r in rows] == [{3}, {2}]
+    comparison = json.loads((run / "comparison.json").read_text())
+    assert comparison["num_problems"] == 2 and set(comparison["means"]) == {"base", "trained (grpo)"}
+    metrics = [json.loads(line) for line in (run / "rl/metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    rl = json.loads((run / "rl/config.json").read_text())
+    assert (rl["data"]["dataset"], rl["data"]["split"], rl["data"]["prompt_format"]) == ("mbpp", "train", "full")
+    assert rl["algo"]["estimator"] == "grpo" and rl["model"]["path"] == os.path.abspath(ckpt)
+
+
+def test_real_checkpoint_and_mbpp_route(tmp_path, mbpp_route, hf_datasets_cache):
+    data, ckpt = mbpp_route
+    cfg = tp.apply_flags(toy_config(str(tmp_path / "runs")), name="toy_mbpp", model_path=ckpt, dataset="mbpp",
+                         dataset_path=data, estimator="grpo")
+    cfg.data.update(train_split="train", eval_split="test")
+    judge = _RecordingExecutor()
+    try:
+        out = tp.run_pipeline(cfg, progress=False, executor=judge)
+    finally:
+        judge.close()
+    _check_mbpp_run(pathlib.Path(out["run_dir"]), ckpt, cfg.eval.n)
+    assert not (tmp_path / "runs" / "_cache").exists()  # no synthetic data, no tiny base model built
+    # RL sampled the train split (2 steps x 2 problems of 3), evaluation the first two test problems
+    rl_funcs, eval_funcs = set(judge.entry_points) & TRAIN_FUNCS, set(judge.entry_points) - TRAIN_FUNCS
+    assert len(rl_funcs) >= 2 and eval_funcs == set(TEST_FUNCS[:2])
+
+
+@pytest.mark.slow
+def test_real_checkpoint_and_mbpp_route_from_the_command_line(tmp_path, mbpp_route):
+    data, ckpt = mbpp_route
+    toy = tiny_config.get_toy_config()
+    overrides = {"rl.max_steps": toy.rl.max_steps, "rl.rollout.prompts": toy.rl.rollout.prompts,
+                 "rl.rollout.n": toy.rl.rollout.n, "rl.rollout.max_new_tokens": toy.rl.rollout.max_new_tokens,
+                 "rl.algo.ppo_iterations": toy.rl.algo.ppo_iterations, "eval.n": toy.eval.n,
+                 "eval.num_problems": toy.eval.num_problems, "eval.max_new_tokens": toy.eval.max_new_tokens,
+                 "eval.batch_size": toy.eval.batch_size, "data.train_split": "train", "data.eval_split": "test"}
+    cmd = [sys.executable, "-m", "experiments.tiny_pipeline", f"--model_path={ckpt}", "--dataset=mbpp",
+           f"--dataset_path={data}", "--estimator=grpo", f"--k={toy.rl.algo.k}", "--name=cli_mbpp",
+           f"--runs_dir={tmp_path / 'runs'}", "--noprogress"] + [f"--config.{k}={v}" for k, v in overrides.items()]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_CACHE": str(tmp_path / "hf_datasets_cache")}
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = tmp_path / "runs" / "cli_mbpp"
+    assert f"Report: {run / 'report.md'}" in out.stdout
+    _check_mbpp_run(run, ckpt, toy.eval.n)
