@@ -1,18 +1,8 @@
 """Writes notebooks/01_estimators.ipynb (outputs cleared). Run: .venv/bin/python notebooks/build_01_estimators.py"""
-import pathlib
+from notebook_builder import NotebookBuilder
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-CELLS = []
-
-
-def md(text: str) -> None:
-    CELLS.append(new_markdown_cell(text.strip()))
-
-
-def code(text: str) -> None:
-    CELLS.append(new_code_cell(text.strip()))
+NB = NotebookBuilder()
+md, code = NB.md, NB.code
 
 
 md(r"""
@@ -27,25 +17,8 @@ cells; the first cell installs the package from the checkout when it is not impo
 Locally (`./setup.sh`) it installs nothing.
 """)
 
-code(r"""
-# Install maxk-jax in Colab only; locally import the checkout in place (no installation).
-import importlib.util, os, pathlib, subprocess, sys
+NB.colab_install()
 
-if importlib.util.find_spec("maxk_jax") is None:
-    here = pathlib.Path.cwd()
-    root = next((p for p in (here, *here.parents)
-                 if (p / "setup.cfg").exists() and (p / "maxk_jax").is_dir()), None)
-    if "google.colab" in sys.modules:
-        source = os.environ.get("MAXK_JAX_SOURCE") or (str(root) if root else None)
-        if source is None:
-            raise RuntimeError("Clone the maxk-jax repository and %cd into it first, or set "
-                               "MAXK_JAX_SOURCE to a pip-installable source of the package.")
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", source])
-    elif root is not None:
-        sys.path.insert(0, str(root))
-    else:
-        raise ModuleNotFoundError("maxk_jax is not importable: run ./setup.sh in the repository")
-""")
 
 code(r"""
 import itertools
@@ -296,15 +269,8 @@ For the bandit version of Tang et al.'s Figure 1 with these estimators, run
 
 
 def main() -> None:
-    """Writes the notebook next to this script, with no outputs."""
-    nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    nb.metadata["language_info"] = {"name": "python"}
-    nb.metadata["colab"] = {"provenance": []}
-    path = pathlib.Path(__file__).with_name("01_estimators.ipynb")
-    nbformat.validate(nb)
-    nbformat.write(nb, path)
-    print(f"wrote {path}")
+    """Writes notebooks/01_estimators.ipynb with no outputs."""
+    NB.write("01_estimators.ipynb")
 
 
 if __name__ == "__main__":

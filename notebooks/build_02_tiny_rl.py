@@ -1,18 +1,8 @@
 """Writes notebooks/02_tiny_rl.ipynb (outputs cleared). Run: .venv/bin/python notebooks/build_02_tiny_rl.py"""
-import pathlib
+from notebook_builder import NotebookBuilder
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-CELLS = []
-
-
-def md(text: str) -> None:
-    CELLS.append(new_markdown_cell(text.strip()))
-
-
-def code(text: str) -> None:
-    CELLS.append(new_code_cell(text.strip()))
+NB = NotebookBuilder()
+md, code = NB.md, NB.code
 
 
 md(r"""
@@ -34,26 +24,8 @@ cells; the first cell installs the package from the checkout when it is not impo
 judge needs bubblewrap (`apt-get install bubblewrap`, done by `./setup.sh`).
 """)
 
-code(r"""
-# Install maxk-jax in Colab only; locally import the checkout in place (no installation).
-import importlib.util, os, pathlib, subprocess, sys
+NB.colab_install(("bubblewrap",))
 
-if importlib.util.find_spec("maxk_jax") is None:
-    here = pathlib.Path.cwd()
-    root = next((p for p in (here, *here.parents)
-                 if (p / "setup.cfg").exists() and (p / "maxk_jax").is_dir()), None)
-    if "google.colab" in sys.modules:
-        source = os.environ.get("MAXK_JAX_SOURCE") or (str(root) if root else None)
-        if source is None:
-            raise RuntimeError("Clone the maxk-jax repository and %cd into it first, or set "
-                               "MAXK_JAX_SOURCE to a pip-installable source of the package.")
-        subprocess.check_call(["apt-get", "install", "-y", "-q", "bubblewrap"])
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", source])
-    elif root is not None:
-        sys.path.insert(0, str(root))
-    else:
-        raise ModuleNotFoundError("maxk_jax is not importable: run ./setup.sh in the repository")
-""")
 
 code(r"""
 import tempfile
@@ -260,12 +232,8 @@ md(r"""
 
 
 def main() -> None:
-    nb = new_notebook(cells=CELLS, metadata={
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"}})
-    path = pathlib.Path(__file__).resolve().parent / "02_tiny_rl.ipynb"
-    nbformat.write(nb, path)
-    print(f"wrote {path} ({len(CELLS)} cells)")
+    """Writes notebooks/02_tiny_rl.ipynb with no outputs."""
+    NB.write("02_tiny_rl.ipynb")
 
 
 if __name__ == "__main__":

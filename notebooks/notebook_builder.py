@@ -1,0 +1,70 @@
+"""Shared pieces of the notebook generators (build_*.py): cell collection, the Colab install cell, writing.
+
+Each generator creates a `NotebookBuilder`, adds cells with `md` / `code` (or `colab_install`), and calls
+`write(name)`; the notebook is written next to this file with no outputs (the test suite executes it).
+"""
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Sequence
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+_INSTALL = r'''
+# Install maxk-jax in Colab only; locally import the checkout in place (no installation).
+import importlib.util, os, pathlib, subprocess, sys
+
+if importlib.util.find_spec("maxk_jax") is None:
+    here = pathlib.Path.cwd()
+    root = next((p for p in (here, *here.parents)
+                 if (p / "setup.cfg").exists() and (p / "maxk_jax").is_dir()), None)
+    if "google.colab" in sys.modules:
+        source = os.environ.get("MAXK_JAX_SOURCE") or (str(root) if root else None)
+        if source is None:
+            raise RuntimeError("Clone the maxk-jax repository and %cd into it first, or set "
+                               "MAXK_JAX_SOURCE to a pip-installable source of the package.")
+{apt}        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", source])
+    elif root is not None:
+        sys.path.insert(0, str(root))
+    else:
+        raise ModuleNotFoundError("maxk_jax is not importable: run ./setup.sh in the repository")
+'''
+
+
+class NotebookBuilder:
+    """Collects cells in order and writes them as an output-free .ipynb."""
+
+    def __init__(self) -> None:
+        self.cells: list = []
+
+    def md(self, text: str) -> None:
+        """Append a markdown cell (surrounding whitespace stripped)."""
+        self.cells.append(new_markdown_cell(text.strip()))
+
+    def code(self, text: str) -> None:
+        """Append a code cell (surrounding whitespace stripped)."""
+        self.cells.append(new_code_cell(text.strip()))
+
+    def colab_install(self, apt_packages: Sequence[str] = ()) -> None:
+        """Append the cell that pip-installs the checkout in Colab (plus `apt_packages` there) and
+        otherwise puts the repository root on sys.path when maxk_jax is not importable."""
+        apt = ""
+        if apt_packages:
+            args = ", ".join(repr(p) for p in ("apt-get", "install", "-y", "-q", *apt_packages))
+            apt = f"        subprocess.check_call([{args}])\n"
+        self.code(_INSTALL.replace("{apt}", apt))
+
+    def write(self, filename: str) -> pathlib.Path:
+        """Validate and write the notebook as notebooks/<filename>; returns its path."""
+        for i, cell in enumerate(self.cells):
+            cell["id"] = f"cell-{i:02d}"    # stable ids: regenerating gives a byte-identical file
+        nb = new_notebook(cells=self.cells)
+        nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+        nb.metadata["language_info"] = {"name": "python"}
+        nb.metadata["colab"] = {"provenance": []}
+        path = pathlib.Path(__file__).with_name(filename)
+        nbformat.validate(nb)
+        nbformat.write(nb, path)
+        print(f"wrote {path} ({len(self.cells)} cells)")
+        return path
