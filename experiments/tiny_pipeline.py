@@ -1,6 +1,6 @@
 r"""The embedded main job: tiny Qwen2 -> warm-up -> RL with the off-policy max@k estimator -> report.
 
-    .venv/bin/python -m experiments.tiny_pipeline                          # ~10 min on 2 CPU cores
+    .venv/bin/python -m experiments.tiny_pipeline                          # ~6 min on 2 CPU cores
     .venv/bin/python -m experiments.tiny_pipeline --estimator=grpo --name=tiny_grpo
     .venv/bin/python -m experiments.tiny_pipeline --model_path=/models/qwen2.5-coder-0.5b-instruct \
         --dataset=mbpp --config.data.train_split=train --config.data.eval_split=test

@@ -20,7 +20,7 @@ The base checkpoint (tokenizer + warmed-up weights, HF format) is cached under
 and by experiments/compare_methods.py with the same settings.
 
 Calibration (measured on this 2-core machine, n = 64 samples on the 48 evaluated test problems):
-the warmed-up base policy (800 steps, ~3.5 min) has pass@1 0.141, pass@16 0.607, pass@64 0.833
+the warmed-up base policy (800 steps, 153 s in a fresh-clone run) has pass@1 0.141, pass@16 0.607, pass@64 0.833
 and max@1 0.203, max@64 0.885 -- imperfect but not hopeless, with a lot of room between k = 1 and
 k = 64. Sizes: warm-up 800 x 16 sequences (length buckets of 32 tokens: 3 compilations), RL 16
 steps x 8 problems x 8 samples, evaluation 48 problems x 64 samples; the judge runs 4 sandbox
