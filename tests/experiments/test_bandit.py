@@ -173,7 +173,6 @@ def test_bad_configuration_raises_value_errors():
         bandit.BanditConfig(curves=curve, steps=9, lr=float("nan"))
 
 
-@pytest.mark.slow  # subprocess + compile; the bandit functions are tested above
 def test_cli_runs_at_tiny_size_and_writes_outputs(tmp_path):
     out = tmp_path / "cli"
     proc = subprocess.run(

@@ -8,7 +8,6 @@ import pytest
 from experiments import bench_estimators as bench
 
 
-@pytest.mark.slow  # compiles every listing at several n; listings are tested in test_paper_listings.py
 def test_tiny_benchmark_rows_agree_with_the_listings(tmp_path):
     rows = bench.run(batch=4, ns=[16], k=3, repeats=1, key=jax.random.key(0), levels=4,
                      log_ratio_scale=0.05, max_bytes=math.inf)

@@ -21,7 +21,6 @@ def toy_config(runs_dir: str):
     return c
 
 
-@pytest.mark.slow
 def test_toy_pipeline_writes_the_report(tmp_path):
     cfg = toy_config(str(tmp_path))
     out = tp.run_pipeline(cfg, progress=False)
