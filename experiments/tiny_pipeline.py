@@ -135,6 +135,12 @@ class CachingExecutor:
         self.inner.close()
 
 
+def uses_judge_cache(cfg: ConfigDict) -> bool:
+    """Whether judging goes through `CachingExecutor`: ``executor_cache`` on the synthetic data only
+    (real datasets' time limits make a verdict depend on timing, so each submission is judged)."""
+    return bool(cfg.executor_cache) and cfg.data.dataset == "synthetic"
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, (np.integer, np.floating)):
         return obj.item()
@@ -432,6 +438,8 @@ def report_markdown(cfg: ConfigDict, comparison: dict[str, Any], timings: dict[s
              f"- evaluation: {comparison['num_problems']} test problems, n = {cfg.eval.n} samples each, temperature "
              f"{cfg.eval.temperature}, identical sample keys for both models (seed {cfg.eval.seed})",
              f"- machine: {os.cpu_count()} CPUs, load average {load['start']} at start, {load['end']} at end",
+             f"- judge: {cfg.executor}, " + ("each distinct (program, tests) judged once" if
+                                                 uses_judge_cache(cfg) else "every submission judged"),
              "", "| phase | wall s | CPU s |", "|:--|--:|--:|"]
     for name, t in timings.items():
         lines.append(f"| {name} | {t['wall_s']:.1f} | {t['cpu_s']:.1f} |")
@@ -469,7 +477,7 @@ def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = T
     timer = PhaseTimer()
     own_executor = executor is None
     inner = make_executor(cfg.executor) if own_executor else executor
-    judge = CachingExecutor(inner) if cfg.executor_cache else inner
+    judge = CachingExecutor(inner) if uses_judge_cache(cfg) else inner
     try:
         train_path, test, base = None, None, {}
         if cfg.data.dataset == "synthetic":

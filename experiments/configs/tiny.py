@@ -40,7 +40,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.runs_dir = "runs"
     c.seed = 0                      # RL seed (sampling + data order); eval keys use eval.seed
     c.executor = "embedded:4"       # judge: embedded[:slots] | http://host:port[,...]
-    c.executor_cache = True         # judge each distinct (program, tests) once per process
+    c.executor_cache = True         # judge each distinct (program, tests) once per process (synthetic data
+                                    # only: real datasets' time limits make verdicts timing-dependent)
     c.data = ml_collections.ConfigDict(dict(
         dataset="synthetic",        # synthetic, or a load_dataset name (needs model.path)
         path="",                    # dataset path / hub name ("" = loader default)

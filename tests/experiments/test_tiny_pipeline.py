@@ -79,6 +79,15 @@ class _FakeExecutor:
         return out
 
 
+def test_judge_cache_is_used_for_synthetic_data_only():
+    cfg = tiny_config.get_config()
+    assert tp.uses_judge_cache(cfg)
+    cfg.executor_cache = False
+    assert not tp.uses_judge_cache(cfg)
+    real = tp.apply_flags(tiny_config.get_config(), model_path="/ckpt", dataset="mbpp")
+    assert real.executor_cache and not tp.uses_judge_cache(real)
+
+
 def test_caching_executor_judges_each_program_once_and_never_caches_failures():
     inner = _FakeExecutor(["ok", "sandbox_error", "ok"])
     ex = tp.CachingExecutor(inner)
@@ -207,6 +216,7 @@ class _RecordingExecutor:
 def _check_mbpp_run(run: pathlib.Path, ckpt: str, n: int) -> None:
     report = (run / "report.md").read_text()
     assert "estimator `grpo`" in report and f"model: HF checkpoint {os.path.abspath(ckpt)}" in report
+    assert "every submission judged" in report
     assert "| rl |" in report and "| eval base |" in report and "| eval trained |" in report
     assert "base (tokenizer + model + warm-up)" not in report  # --model_path skips the tiny build
     for which in ("base", "trained"):
