@@ -49,10 +49,13 @@ class NotebookBuilder:
     def colab_install(self, apt_packages: Sequence[str] = ()) -> None:
         """Append the cell that pip-installs the checkout in Colab (plus `apt_packages` there) and
         otherwise puts the repository root on sys.path when maxk_jax is not importable."""
+        if isinstance(apt_packages, str):
+            raise ValueError(f"apt_packages={apt_packages!r} must be a sequence of package names, not a string")
         apt = ""
         if apt_packages:
             args = ", ".join(repr(p) for p in ("apt-get", "install", "-y", "-q", *apt_packages))
-            apt = f"        subprocess.check_call([{args}])\n"
+            apt = ("        subprocess.check_call(['apt-get', 'update', '-q'])\n"
+                   f"        subprocess.check_call([{args}])\n")
         self.code(_INSTALL.replace("{apt}", apt))
 
     def write(self, filename: str) -> pathlib.Path:
