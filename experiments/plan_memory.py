@@ -65,6 +65,26 @@ def parse_layout(name: str) -> dict[str, int]:
     return sizes
 
 
+def layout_sizes(name: str) -> dict[str, int]:
+    """`parse_layout` of a layout that must use exactly NUM_DEVICES devices (ValueError otherwise)."""
+    sizes = parse_layout(name)
+    if sizes["data"] * sizes["fsdp"] * sizes["tensor"] != NUM_DEVICES:
+        raise ValueError(f"layout {name!r} does not use exactly {NUM_DEVICES} devices")
+    return sizes
+
+
+def checked_config_from_flags() -> qwen2.Qwen2Config:
+    """The planned model (--preset, --layers, --dtype, --param_dtype, --remat), after checking that
+    the NUM_DEVICES simulated devices exist (ValueError naming XLA_FLAGS otherwise)."""
+    if jax.device_count() != NUM_DEVICES:
+        raise ValueError(f"expected {NUM_DEVICES} simulated devices, got {jax.device_count()} "
+                         f"(XLA_FLAGS={os.environ.get('XLA_FLAGS')!r})")
+    overrides = dict(dtype=FLAGS.dtype, param_dtype=FLAGS.param_dtype, remat=FLAGS.remat)
+    if FLAGS.layers:
+        overrides["num_layers"] = FLAGS.layers
+    return qwen2.preset(FLAGS.preset, **overrides)
+
+
 def nll_loss(config: qwen2.Qwen2Config, params: Any, tokens: jax.Array,
              mask: jax.Array) -> jax.Array:
     """Mean next-token NLL over real target tokens. tokens, mask: [B, T] -> scalar float32."""
@@ -130,17 +150,9 @@ def plot(rows: list[dict[str, Any]], title: str, path: pathlib.Path) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    if jax.device_count() != NUM_DEVICES:
-        raise ValueError(f"expected {NUM_DEVICES} simulated devices, got {jax.device_count()} "
-                         f"(XLA_FLAGS={os.environ.get('XLA_FLAGS')!r})")
-    overrides = dict(dtype=FLAGS.dtype, param_dtype=FLAGS.param_dtype, remat=FLAGS.remat)
-    if FLAGS.layers:
-        overrides["num_layers"] = FLAGS.layers
-    config = qwen2.preset(FLAGS.preset, **overrides)
+    config = checked_config_from_flags()
     for layout in FLAGS.layouts:
-        sizes = parse_layout(layout)
-        if sizes["data"] * sizes["fsdp"] * sizes["tensor"] != NUM_DEVICES:
-            raise ValueError(f"layout {layout!r} does not use exactly {NUM_DEVICES} devices")
+        layout_sizes(layout)
     rows = [plan(config, layout, FLAGS.batch, FLAGS.seq)
             for layout in tqdm(FLAGS.layouts, desc="layouts")]
     header = (f"{FLAGS.preset} ({config.num_layers} layers, {qwen2.param_count(config):,} params), "

@@ -19,13 +19,10 @@ Writes ``plan_train.{json,md,png}`` to ``--results_dir``.
 """
 from __future__ import annotations
 
-import os
-
-NUM_DEVICES = 8
-_flags = os.environ.get("XLA_FLAGS", "")
-if "xla_force_host_platform_device_count" not in _flags:
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count={NUM_DEVICES}"
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# plan_memory first: it asks XLA for its NUM_DEVICES simulated CPU devices before JAX starts, and
+# defines --preset --layers --dtype --param_dtype --remat --layouts --results_dir
+from experiments import plan_memory  # isort: skip
+from experiments.plan_memory import NUM_DEVICES  # isort: skip
 
 import json  # noqa: E402
 import math  # noqa: E402
@@ -39,8 +36,6 @@ from absl import app, flags  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-# plan_memory defines --preset --layers --dtype --param_dtype --remat --layouts --results_dir
-from experiments import plan_memory  # noqa: E402
 from maxk_jax import sharding as sh  # noqa: E402
 from maxk_jax import training  # noqa: E402
 from maxk_jax.models import qwen2  # noqa: E402
@@ -117,19 +112,11 @@ def plan_layout(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    if jax.device_count() != NUM_DEVICES:
-        raise ValueError(f"expected {NUM_DEVICES} simulated devices, got {jax.device_count()} "
-                         f"(XLA_FLAGS={os.environ.get('XLA_FLAGS')!r})")
-    overrides = dict(dtype=FLAGS.dtype, param_dtype=FLAGS.param_dtype, remat=FLAGS.remat)
-    if FLAGS.layers:
-        overrides["num_layers"] = FLAGS.layers
-    config = qwen2.preset(FLAGS.preset, **overrides)
+    config = plan_memory.checked_config_from_flags()
     cfg = training.StepConfig(estimator=FLAGS.estimator, k=FLAGS.k, n=FLAGS.n, kl_beta=FLAGS.kl_beta,
                               micro_batches=FLAGS.micro_batches)
     for layout in FLAGS.layouts:   # validate every layout before the first (slow) compile
-        sizes = plan_memory.parse_layout(layout)
-        if sizes["data"] * sizes["fsdp"] * sizes["tensor"] != NUM_DEVICES:
-            raise ValueError(f"layout {layout!r} does not use exactly {NUM_DEVICES} devices")
+        sizes = plan_memory.layout_sizes(layout)
         cfg.check_batch(FLAGS.prompts * FLAGS.n, sizes["data"] * sizes["fsdp"])
     rows = []
     for i, layout in enumerate(tqdm(FLAGS.layouts, desc="layouts")):

@@ -15,6 +15,14 @@ def test_parse_layout():
         plan_memory.parse_layout("fsdp_x2")
 
 
+def test_layout_sizes_requires_every_simulated_device():
+    assert plan_memory.layout_sizes("fsdp4_tensor2") == {"data": 1, "fsdp": 4, "tensor": 2}
+    with pytest.raises(ValueError, match="layout 'fsdp4' does not use exactly 8 devices"):
+        plan_memory.layout_sizes("fsdp4")
+    with pytest.raises(ValueError, match="bad layout 'gpu8'"):
+        plan_memory.layout_sizes("gpu8")
+
+
 def _tiny() -> qwen2.Qwen2Config:
     return qwen2.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                              num_heads=4, num_kv_heads=2, remat=True)
