@@ -261,7 +261,8 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
     cache_root = os.path.abspath(os.path.join(cfg.runs_dir, "_cache"))
     timer = tp.PhaseTimer()
     own = executor is None
-    judge = tp.CachingExecutor(make_executor(cfg.executor) if own else executor)
+    inner = make_executor(cfg.executor) if own else executor
+    judge = tp.CachingExecutor(inner) if tp.uses_judge_cache(cfg) else inner
     try:
         train_path, train, test = timer.run("data", lambda: tp.prepare_data(cfg, cache_root))
         model_path, base_record, _ = timer.run("base model", lambda: tp.prepare_base(cfg, train, cache_root,
@@ -307,8 +308,9 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
              f"{rl.algo.kl_beta}, seeds {list(seeds)}",
              f"- evaluation: {len(problems)} synthetic test problems, n = {cfg.eval.n} samples per problem (same sample "
              f"keys for every model), temperature {cfg.eval.temperature}",
-             f"- judge: {judge.stats['judged']} distinct programs judged for {judge.stats['submissions']} submissions "
-             "in this invocation"]
+             (f"- judge: {judge.stats['judged']} distinct programs judged for {judge.stats['submissions']} "
+              "submissions in this invocation" if tp.uses_judge_cache(cfg) else
+              "- judge: every submission judged (executor_cache off)")]
     results = os.path.join(out_dir, "results.md")
     with open(results, "w", encoding="utf-8") as f:
         f.write(results_markdown(agg, setup))

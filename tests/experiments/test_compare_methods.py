@@ -89,6 +89,7 @@ def test_toy_comparison_writes_table_and_plot(tmp_path):
         assert (root / rel).is_file(), rel
     table = (root / "results.md").read_text()
     assert "| grpo |" in table and "± " in table and "p max@4" in table
+    assert "distinct programs judged for" in table    # synthetic task: the judge cache is on
     data = json.loads((root / "results.json").read_text())
     assert set(data["methods"]) == {"base", "grpo", "maxk_offpolicy"}
     assert set(data["methods"]["grpo"]["max_at_k"]["per_seed"]) == {"0", "1"}
