@@ -58,16 +58,20 @@ class NotebookBuilder:
                    f"        subprocess.check_call([{args}])\n")
         self.code(_INSTALL.replace("{apt}", apt))
 
-    def write(self, filename: str) -> pathlib.Path:
-        """Validate and write the notebook as notebooks/<filename>; returns its path."""
+    def notebook(self) -> nbformat.NotebookNode:
+        """The validated notebook of the cells so far (stable ids ``cell-NN``, Colab metadata, no outputs)."""
         for i, cell in enumerate(self.cells):
             cell["id"] = f"cell-{i:02d}"    # stable ids: regenerating gives a byte-identical file
         nb = new_notebook(cells=self.cells)
         nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
         nb.metadata["language_info"] = {"name": "python"}
         nb.metadata["colab"] = {"provenance": []}
-        path = pathlib.Path(__file__).with_name(filename)
         nbformat.validate(nb)
-        nbformat.write(nb, path)
+        return nb
+
+    def write(self, filename: str) -> pathlib.Path:
+        """Write `notebook()` as notebooks/<filename>; returns its path."""
+        path = pathlib.Path(__file__).with_name(filename)
+        nbformat.write(self.notebook(), path)
         print(f"wrote {path} ({len(self.cells)} cells)")
         return path

@@ -1,0 +1,49 @@
+"""notebooks/notebook_builder.py: the committed notebooks are exactly what their generators build, and
+the Colab install cell."""
+import importlib.util
+import pathlib
+import sys
+
+import nbformat
+import pytest
+
+NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
+sys.path.insert(0, str(NOTEBOOKS))
+from notebook_builder import NotebookBuilder  # noqa: E402
+
+
+def _generator(name: str):
+    spec = importlib.util.spec_from_file_location(f"_gen_{name}", NOTEBOOKS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)    # collects the cells; main() (the file write) is not called
+    return module
+
+
+@pytest.mark.parametrize("generator,notebook", [("build_01_estimators.py", "01_estimators.ipynb"),
+                                                ("build_02_tiny_rl.py", "02_tiny_rl.ipynb")])
+def test_committed_notebook_is_the_generators_output(generator, notebook):
+    built = nbformat.writes(_generator(generator).NB.notebook()) + "\n"
+    assert built == (NOTEBOOKS / notebook).read_text(encoding="utf-8"), (
+        f"{notebook} differs from its generator: run .venv/bin/python notebooks/{generator}")
+
+
+def test_cells_get_stable_ids_and_no_outputs():
+    nb = NotebookBuilder()
+    nb.md("  # title  ")
+    nb.code("x = 1\n")
+    node = nb.notebook()
+    assert [c["id"] for c in node.cells] == ["cell-00", "cell-01"]
+    assert node.cells[0].source == "# title" and node.cells[1].outputs == []
+    assert node.metadata["kernelspec"]["name"] == "python3"
+
+
+def test_colab_install_cell():
+    plain, apt = NotebookBuilder(), NotebookBuilder()
+    plain.colab_install()
+    apt.colab_install(("bubblewrap",))
+    assert "apt-get" not in plain.cells[0].source and "pip" in plain.cells[0].source
+    src = apt.cells[0].source
+    assert "['apt-get', 'update', '-q']" in src and "'install', '-y', '-q', 'bubblewrap'" in src
+    compile(src, "cell", "exec")     # the cell is valid Python
+    with pytest.raises(ValueError, match="apt_packages='bubblewrap'"):
+        apt.colab_install("bubblewrap")
