@@ -28,10 +28,13 @@ A_i > 0 and rho_i > 1 + eps, or A_i < 0 and rho_i < 1 - eps (``maxk_jax.losses.t
 compared per update step (an @R curve draws R times fewer samples).
 
 Default curves: ``rloo`` (Tang's mean policy gradient), ``tang_loo`` (eq. 2, f = max; at n = k
-it is identical to the registry's ``maxk``, whose default baseline is LOO-1, and to ``bon_loo1``),
+it is identical to ``maxk:baseline=loo1`` and to ``bon_loo1``),
 ``tang_loo_biased`` (eq. 3), ``maxk:baseline=none`` (the max@k paper's raw eq. 9 transform, which
 at n = k gives every sample max(r): REINFORCE without a baseline), and the off-policy
-``maxk_offpolicy@3`` (LOO-1 baseline) and ``maxk_offpolicy:baseline=none@3`` (raw §3.3 form).
+``maxk_offpolicy:baseline=loo1:clamp_delta=null@3`` (LOO-1 baseline, no delta clamp: the unbiased
+form) and ``maxk_offpolicy:baseline=none:clamp_delta=null@3`` (raw §3.3 form).  The registry's
+defaults (z-score, clamped delta: the paper's pipeline) are biased by design, so the bandit, which
+checks unbiasedness and the ordering of objectives, names its options explicitly.
 
 Metrics, exact (no sampling), after every update: mean reward E_pi[r]; KL(pi || pi_0); max@k of
 the policy, E[max of k i.i.d. draws] = sum_j r_(j) (F_j^k - F_{j-1}^k) with the rewards sorted
@@ -58,8 +61,9 @@ import numpy as np
 
 from maxk_jax import estimators, losses
 
-DEFAULT_CURVES = ("rloo", "tang_loo", "tang_loo_biased", "maxk:baseline=none", "maxk_offpolicy@3",
-                  "maxk_offpolicy:baseline=none@3")
+DEFAULT_CURVES = ("rloo", "tang_loo", "tang_loo_biased", "maxk:baseline=none",
+                  "maxk_offpolicy:baseline=loo1:clamp_delta=null@3",
+                  "maxk_offpolicy:baseline=none:clamp_delta=null@3")
 METRICS = ("mean_reward", "kl", "max_at_k")
 
 FLAGS = flags.FLAGS
@@ -115,7 +119,9 @@ class Curve:
 
 
 def _option_value(text: str) -> Any:
-    """'3' -> 3, '0.5' -> 0.5, 'true'/'false' -> bool, anything else stays a string."""
+    """'3' -> 3, '0.5' -> 0.5, 'true'/'false' -> bool, 'null' -> None, anything else a string."""
+    if text.lower() == "null":
+        return None
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     for cast in (int, float):

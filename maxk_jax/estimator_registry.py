@@ -32,26 +32,47 @@ What each name computes (coefficient c_i of grad log pi(y_i), or the advantage A
   majority_vote   Tang et al. §3.1 majority voting, LOO advantage; needs answer_ids; options
                   biased=False, max_subsets=20000.
 
-Baseline of the maxk family (option `baseline`, default "loo1"):
+Baseline of the maxk family (option `baseline`, default "zscore" = the paper as it ran):
+  "zscore" z-score of the transform, GRPO's eq. 5 applied to r~ / r~' / the exact eq.-10
+           transform (paper §3.1, §3.2 "all variance reduction techniques can be applied to the
+           new reward", §4.3 "BoN mean", §4.5 "mean is preferable to LOO-1").  Biased (the row
+           statistics depend on y_i) but scale-free: the update size does not depend on the reward
+           scale, like GRPO's.  maxk(baseline="zscore") == bon_mean.  Use it to run the paper.
   "loo1"   subtract b_i = C(n,k)^-1 sum_{I ni i} w_I max r_{I\\i} with the estimator's own
            weights w_I (1, 1 + sum_I delta, prod_I rho).  b_i does not depend on y_i beyond the
            factor rho_i, so the estimator stays UNBIASED (exactly for maxk and
-           maxk_offpolicy_exact, to first order for maxk_offpolicy).  Default because it is the
-           lowest-variance unbiased choice we have in closed form.  maxk(baseline="loo1") ==
-           bon_loo1.  For k = 1 (no I \\ i) it falls back to the leave-one-out mean:
-           w_i (r_i - mean_{j != i} r_j) / n, also unbiased.
+           maxk_offpolicy_exact, to first order for maxk_offpolicy).  The lowest-variance unbiased
+           choice in closed form; use it when unbiasedness matters (bandits, analysis) -- its
+           coefficients are ~k/n-scaled, so updates are much smaller than z-scored ones at the
+           same learning rate.  maxk(baseline="loo1") == bon_loo1.  For k = 1 (no I \\ i) it
+           falls back to the leave-one-out mean: w_i (r_i - mean_{j != i} r_j) / n, also unbiased.
   "none"   the raw transform (unbiased, high variance) -- Listing 2/3 of the paper.
   "mean"   subtract the row mean of the transform (biased, zero-sum).
-  "zscore" z-score of the transform (biased; maxk(baseline="zscore") == bon_mean).
+
+Option `clamp_delta` of the off-policy pair (paper Listing 3, "clamping deltas in case of
+outliers"): None = off, or c > 0.  maxk_offpolicy clamps delta = rho - 1 to [-c, c] before forming
+the weights 1 + sum_I delta; maxk_offpolicy_exact clamps rho to [1 - c, 1 + c].  Both are one clip
+of the log-ratio to [log(max(1 - c, 0)), log(1 + c)].  Without a clamp a finite log-ratio above
+~88 overflows float32: concrete inputs then raise ValueError naming the largest log-ratio; the
+train step counts non-finite coefficients (metric ``nonfinite_coefficients``) and the RL loop
+stops with an error -- never a silent inf/NaN.
+
+Metadata (`estimator_info(name)`): which loss form a method uses by default, whether it needs
+log-ratios, its minimum k.  Loss forms (maxk_jax.losses.KINDS): "clipped" = PPO/GRPO's clipped
+surrogate eq. 4 on the coefficients (what the paper's pipeline does for every method, incl.
+off-policy BoN); "is_weighted" = sg(c_i) log pi(y_i) with the PPO trust-region mask, the
+gradient of the §3.3 derivation (c_i already carries the importance weights, no extra ratio).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import jax.numpy as jnp
+import numpy as np
 
-from maxk_jax.estimators_core import (Array, check_finite, masked_center, masked_zscore,
+from maxk_jax.estimators_core import (Array, check_finite, is_concrete, masked_center, masked_zscore,
                                       prepare_log_ratio, prepare_mask, prepare_rewards, validate_k)
 from maxk_jax.estimators_exact import (loo1_advantage_offpolicy_exact,
                                        maxk_reward_transform_offpolicy_exact)
@@ -65,10 +86,30 @@ BASELINES = ("loo1", "none", "mean", "zscore")
 
 
 @dataclass(frozen=True)
+class EstimatorInfo:
+    """What the trainer needs to know about a registered estimator.
+
+    loss_form: default loss form ("clipped" | "is_weighted", see module docstring);
+    needs_log_ratio: True if the estimator reads ``log_ratio`` (behaviour log-ratios, recomputed at
+    every PPO iteration); needs_answer_ids: True if it reads ``answer_ids``; min_k: smallest k.
+    """
+
+    name: str
+    summary: str
+    loss_form: str = "clipped"
+    needs_log_ratio: bool = False
+    needs_answer_ids: bool = False
+    min_k: int = 1
+
+
+@dataclass(frozen=True)
 class _Spec:
     build: Callable[..., EstimatorFn]
     defaults: dict
     summary: str
+    needs_log_ratio: bool = False
+    needs_answer_ids: bool = False
+    min_k: int = 1
 
 
 def _common(rewards, k, mask, *, name: str, min_k: int = 1):
@@ -133,10 +174,41 @@ def _build_bon_mean(eps: float, ddof: int) -> EstimatorFn:
 
 # ------------------------------------------------------------------ max@k family ------------
 
-def _build_maxk(kind: str, baseline: str, eps: float, ddof: int) -> EstimatorFn:
+def _check_clamp_delta(clamp_delta: float | None) -> None:
+    if clamp_delta is None:
+        return
+    if isinstance(clamp_delta, bool) or not isinstance(clamp_delta, (int, float)) or not (
+            math.isfinite(clamp_delta) and clamp_delta > 0):
+        raise ValueError(f"clamp_delta must be None (off) or a finite number > 0, got "
+                         f"clamp_delta={clamp_delta!r}")
+
+
+def clamp_log_ratio(log_ratio: Array, clamp_delta: float | None) -> Array:
+    """Clip log_ratio [..., n] so that delta = exp(log_ratio) - 1 lies in [-c, c] (c = clamp_delta;
+    equivalently rho in [max(1 - c, 0), 1 + c]); None returns it unchanged."""
+    if clamp_delta is None:
+        return log_ratio
+    lo = math.log1p(-clamp_delta) if clamp_delta < 1 else -jnp.inf
+    return jnp.clip(log_ratio, lo, math.log1p(clamp_delta))
+
+
+def _check_overflow(out: Array, lr: Array, m: Array, name: str) -> None:
+    """ValueError (concrete inputs only) when off-policy weights overflowed to inf/NaN."""
+    if not (is_concrete(out) and is_concrete(lr) and is_concrete(m)):
+        return
+    bad = ~np.isfinite(np.asarray(out)) & np.asarray(m, dtype=bool)
+    if bad.any():
+        top = float(np.max(np.where(np.asarray(m, dtype=bool), np.asarray(lr, dtype=np.float64), -np.inf)))
+        raise ValueError(f"{name}: importance weights overflow (largest valid log_ratio {top:.4g}); "
+                         "set clamp_delta, or mask such samples out")
+
+
+def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
+                clamp_delta: float | None = None) -> EstimatorFn:
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got baseline={baseline!r}")
     _check_zscore_options(eps, ddof)
+    _check_clamp_delta(clamp_delta)
     needs_lr = kind != "onpolicy"
     name = {"onpolicy": "maxk", "first_order": "maxk_offpolicy", "exact": "maxk_offpolicy_exact"}[kind]
 
@@ -144,6 +216,14 @@ def _build_maxk(kind: str, baseline: str, eps: float, ddof: int) -> EstimatorFn:
         """max@k policy-gradient coefficients [..., n] (see module docstring for the baseline)."""
         r, k, m, keep = _common(rewards, k, mask, name=name)
         lr = prepare_log_ratio(log_ratio, r.shape, required=needs_lr, estimator=name)
+        if needs_lr:
+            lr = clamp_log_ratio(lr, clamp_delta)
+            out = _coefficients(r, lr, k, m)
+            _check_overflow(out, lr, m, name)
+            return jnp.where(keep, out, 0)
+        return jnp.where(keep, _coefficients(r, lr, k, m), 0)
+
+    def _coefficients(r, lr, k, m):
         if baseline == "loo1" and k >= 2:
             if kind == "onpolicy":
                 out = loo1_advantage(r, k, mask=m)
@@ -151,7 +231,7 @@ def _build_maxk(kind: str, baseline: str, eps: float, ddof: int) -> EstimatorFn:
                 out = loo1_advantage_offpolicy(r, lr, k, mask=m)
             else:
                 out = loo1_advantage_offpolicy_exact(r, lr, k, mask=m)
-            return jnp.where(keep, out, 0)
+            return out
         if kind == "onpolicy":
             raw = maxk_reward_transform(r, k, mask=m)
             weight = jnp.ones_like(r)
@@ -170,7 +250,7 @@ def _build_maxk(kind: str, baseline: str, eps: float, ddof: int) -> EstimatorFn:
         else:  # "loo1" with k = 1: leave-one-out mean baseline, weighted like the estimator
             cnt = jnp.sum(m, axis=-1, keepdims=True).astype(r.dtype)
             out = weight * _rloo(r, m) / jnp.maximum(cnt, 1)
-        return jnp.where(keep, out, 0)
+        return out
     maxk.__name__ = name
     return maxk
 
@@ -218,26 +298,29 @@ def _build_majority(biased: bool, max_subsets: int) -> EstimatorFn:
 
 
 _ZS = dict(eps=1e-6, ddof=0)
-_MAXK = dict(baseline="loo1", eps=1e-6, ddof=0)
+_MAXK = dict(baseline="zscore", eps=1e-6, ddof=0)
+# Default clamp of the off-policy pair: see README "clamp_delta" for the measurement behind it.
+DEFAULT_CLAMP_DELTA = 1.0
+_MAXK_OFF = dict(_MAXK, clamp_delta=DEFAULT_CLAMP_DELTA)
 _REGISTRY: dict[str, _Spec] = {
     "grpo": _Spec(_build_grpo, _ZS, "z-scored rewards (eq. 5)"),
     "rloo": _Spec(_build_rloo, {}, "leave-one-out mean baseline"),
     "bon_max_mean": _Spec(lambda: _build_bon_max(False), {}, "BoN-max, mean baseline (App. A)"),
     "bon_max_second": _Spec(lambda: _build_bon_max(True), {}, "BoN-max, second-best baseline (App. A)"),
-    "bon_loo1": _Spec(_build_tang_loo, {}, "BoN LOO-1 (App. A)"),
+    "bon_loo1": _Spec(_build_tang_loo, {}, "BoN LOO-1 (App. A)", min_k=2),
     "bon_mean": _Spec(_build_bon_mean, _ZS, "z-scored max@k transform r~ (App. A)"),
     "maxk": _Spec(lambda **o: _build_maxk("onpolicy", **o), _MAXK, "on-policy max@k r~ (eq. 9)"),
-    "maxk_offpolicy": _Spec(lambda **o: _build_maxk("first_order", **o), _MAXK,
-                            "first-order off-policy max@k (§3.3)"),
-    "maxk_offpolicy_exact": _Spec(lambda **o: _build_maxk("exact", **o), _MAXK,
-                                  "exact off-policy max@k (eq. 10)"),
-    "tang_loo": _Spec(_build_tang_loo, {}, "Tang eq. 2, f = max"),
-    "tang_loo_biased": _Spec(_build_tang_loo_biased, {}, "Tang eq. 3, f = max"),
-    "tang_leave_p_out": _Spec(_build_leave_p_out, dict(p=1), "Tang App. B leave-p-out"),
+    "maxk_offpolicy": _Spec(lambda **o: _build_maxk("first_order", **o), _MAXK_OFF,
+                            "first-order off-policy max@k (§3.3)", needs_log_ratio=True),
+    "maxk_offpolicy_exact": _Spec(lambda **o: _build_maxk("exact", **o), _MAXK_OFF,
+                                  "exact off-policy max@k (eq. 10)", needs_log_ratio=True),
+    "tang_loo": _Spec(_build_tang_loo, {}, "Tang eq. 2, f = max", min_k=2),
+    "tang_loo_biased": _Spec(_build_tang_loo_biased, {}, "Tang eq. 3, f = max", min_k=2),
+    "tang_leave_p_out": _Spec(_build_leave_p_out, dict(p=1), "Tang App. B leave-p-out", min_k=2),
     "tang_softmax": _Spec(_build_softmax, dict(beta=1.0, biased=False, max_subsets=20000),
-                          "Tang App. B softmax objective"),
+                          "Tang App. B softmax objective", min_k=2),
     "majority_vote": _Spec(_build_majority, dict(biased=False, max_subsets=20000),
-                           "Tang §3.1 majority voting"),
+                           "Tang §3.1 majority voting", needs_answer_ids=True, min_k=2),
 }
 
 
@@ -249,6 +332,13 @@ def list_estimators() -> tuple[str, ...]:
 def estimator_options(name: str) -> dict:
     """Default options of estimator `name` (a copy)."""
     return dict(_spec(name).defaults)
+
+
+def estimator_info(name: str) -> EstimatorInfo:
+    """Metadata of estimator `name` (loss form, log-ratio / answer-id needs, minimum k)."""
+    spec = _spec(name)
+    return EstimatorInfo(name=name, summary=spec.summary, needs_log_ratio=spec.needs_log_ratio,
+                         needs_answer_ids=spec.needs_answer_ids, min_k=spec.min_k)
 
 
 def _spec(name: str) -> _Spec:

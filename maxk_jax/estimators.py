@@ -12,14 +12,17 @@ Transforms:     maxk_reward_transform (eq. 9), maxk_reward_transform_offpolicy (
 Advantages:     loo1_advantage (+ _offpolicy, _offpolicy_exact), tang_loo_biased_advantage,
                 tang_leave_p_out_advantage, tang_softmax_advantage, majority_vote_advantage
 Registry:       get_estimator(name, **options) -> fn(rewards, *, k, log_ratio=None, mask=None,
-                answer_ids=None); list_estimators(); estimator_options(name)
+                answer_ids=None); list_estimators(); estimator_options(name);
+                estimator_info(name) (default loss form, needs log_ratio / answer_ids, min k);
+                clamp_log_ratio(log_ratio, clamp_delta) (Listing 3's delta clamp)
 Helpers:        rows_below_k(mask, k), check_finite(x, name=..., mask=None)
 
 Implementation lives in estimators_core (sorting, log-space binomial weights), estimators_maxk,
 estimators_exact, estimators_tang and estimator_registry; see their docstrings for derivations.
 """
-from maxk_jax.estimator_registry import (BASELINES, EstimatorFn, estimator_options, get_estimator,
-                                         list_estimators)
+from maxk_jax.estimator_registry import (BASELINES, DEFAULT_CLAMP_DELTA, EstimatorFn, EstimatorInfo,
+                                         clamp_log_ratio, estimator_info, estimator_options,
+                                         get_estimator, list_estimators)
 from maxk_jax.estimators_core import check_finite, rows_below_k
 from maxk_jax.estimators_exact import (loo1_advantage_offpolicy_exact,
                                        maxk_reward_transform_offpolicy_exact)
@@ -30,7 +33,8 @@ from maxk_jax.estimators_tang import (majority_vote_advantage, tang_leave_p_out_
                                       tang_loo_biased_advantage, tang_softmax_advantage)
 
 __all__ = [
-    "BASELINES", "EstimatorFn", "check_finite", "estimator_options", "get_estimator",
+    "BASELINES", "DEFAULT_CLAMP_DELTA", "EstimatorFn", "EstimatorInfo", "check_finite",
+    "clamp_log_ratio", "estimator_info", "estimator_options", "get_estimator",
     "list_estimators", "loo1_advantage", "loo1_advantage_offpolicy", "loo1_advantage_offpolicy_exact",
     "majority_vote_advantage", "max_at_k", "maxk_reward_transform", "maxk_reward_transform_offpolicy",
     "maxk_reward_transform_offpolicy_exact", "pass_at_k", "rows_below_k", "tang_leave_p_out_advantage",

@@ -414,9 +414,16 @@ def _one_step(cfg: ConfigDict, step: int, total: int, problems: Sequence[Problem
     ref_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     per_iter = []
-    for _ in range(cfg.algo.ppo_iterations):
+    for it in range(cfg.algo.ppo_iterations):
         state, m = train_step(state, batch)
         per_iter.append({k: float(v) for k, v in jax.device_get(m).items()})
+        bad = per_iter[-1].get("nonfinite_coefficients", 0.0)
+        if bad:
+            raise FloatingPointError(
+                f"step {step}, PPO iteration {it}: estimator {cfg.algo.estimator!r} gave {int(bad)} "
+                f"non-finite coefficients (largest |sequence log-ratio| "
+                f"{per_iter[-1].get('is_log_ratio_abs_max', float('nan')):.4g}); set "
+                "algo.estimator_options clamp_delta or lower the learning rate")
     train_s = time.perf_counter() - t0
     metrics.update(_mean_over_iterations(per_iter))
     eval_s = 0.0

@@ -16,10 +16,12 @@ incl. the EOS token), ``old_logp [B, T]`` (behaviour log-probs from the sampler)
 AND the loss, and counted in ``masked_samples``), ``answer_ids [B]`` (majority_vote only),
 ``ref_logp [B, T]`` (reference policy, needed when kl_beta > 0; see ``make_logprob_fn``).
 
-Loss per estimator (``loss_kind``): the off-policy max@k estimators (``maxk_offpolicy``,
-``maxk_offpolicy_exact``) return coefficients c_i that already contain the importance weights,
-so they use the IS-weighted form −sg(c_i)·log π_θ (never multiplied by the PPO ratio again);
-every other estimator is of on-policy type and uses the clipped surrogate (losses.py).
+Loss form (``loss_kind``): "auto" takes the estimator's registry default
+(``estimator_info(name).loss_form``), which is the clipped surrogate eq. 4 for every estimator --
+what the max@k paper's pipeline does, off-policy BoN included (z-scored r~' as A_i, times the PPO
+ratio).  "is_weighted" selects the gradient of the §3.3 derivation instead: the off-policy
+coefficients c_i already contain the importance weights, so −sg(c_i)·log π_θ with the PPO
+trust-region mask and no extra ratio (losses.py).  Configs name which form they use.
 
 Log-ratios: every call recomputes log π_θ of the sampled tokens under the current params and
 the sequence log-ratio Σ_t (log π_θ − old_logp) over completion tokens, and feeds it to the
@@ -53,20 +55,18 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from maxk_jax import losses
 from maxk_jax import sharding as sharding_lib
-from maxk_jax.estimators import get_estimator, list_estimators
+from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.models import qwen2
 from maxk_jax.sampling_filters import top_k_mask, top_p_mask
 
 Params = Any
-IS_WEIGHTED_ESTIMATORS = frozenset({"maxk_offpolicy", "maxk_offpolicy_exact"})
 LOSS_KINDS = ("auto",) + losses.KINDS
+DELTA_THRESHOLDS = (0.2, 0.5, 1.0)   # |delta| = |rho - 1| levels counted in the step metrics
 
 
 def loss_kind(estimator: str) -> str:
-    """"is_weighted" for the off-policy max@k estimators, "clipped" for every other name."""
-    if estimator not in list_estimators():
-        raise ValueError(f"unknown estimator {estimator!r}; valid names: {', '.join(list_estimators())}")
-    return "is_weighted" if estimator in IS_WEIGHTED_ESTIMATORS else "clipped"
+    """The registry's default loss form of `estimator` ("clipped" for every registered name)."""
+    return estimator_info(estimator).loss_form
 
 
 def _is_int(x: Any) -> bool:
@@ -332,6 +332,7 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, *, model_conf
     coef = cfg.estimator_fn()(rows(mb.rewards), k=cfg.k, log_ratio=rows(log_ratio),
                               mask=rows(mb.valid), answer_ids=rows(mb.answer_ids)).reshape(-1)
     coef = jax.lax.stop_gradient(coef.astype(jnp.float32))
+    nonfinite = jnp.sum(mb.valid & ~jnp.isfinite(coef)).astype(jnp.float32)
     loss, metrics = losses.policy_loss(
         logp, mb.old_logp, coef, counted, cfg.loss_config, ref_logp=mb.ref_logp,
         logits=logits if (cfg.compute_entropy or cfg.entropy_coef > 0) else None)
@@ -347,6 +348,9 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, *, model_conf
         seq_ratio_min=jnp.min(jnp.where(v, seq_ratio, big)),
         seq_ratio_max=jnp.max(jnp.where(v, seq_ratio, -big)),
         seq_log_ratio_abs_max=jnp.max(jnp.where(v, jnp.abs(log_ratio), 0.0)),
+        nonfinite_coefficients=nonfinite,
+        **{f"delta_gt_{t:g}_count": jnp.sum(v & (jnp.abs(seq_ratio - 1.0) > t)).astype(jnp.float32)
+           for t in DELTA_THRESHOLDS},
         rows_below_k=jnp.sum(jnp.sum(rows(v), axis=-1) < cfg.k).astype(jnp.float32))
     return loss * weight, metrics
 
@@ -375,6 +379,9 @@ def _combine(mb: dict[str, jax.Array], weights: jax.Array) -> dict[str, jax.Arra
         is_ratio_min=jnp.where(valid > 0, jnp.min(mb["seq_ratio_min"]), nan),
         is_ratio_max=jnp.where(valid > 0, jnp.max(mb["seq_ratio_max"]), nan),
         is_log_ratio_abs_max=jnp.max(mb["seq_log_ratio_abs_max"]),
+        nonfinite_coefficients=jnp.sum(mb["nonfinite_coefficients"]),
+        **{f"is_delta_gt_{t:g}_fraction": jnp.sum(mb[f"delta_gt_{t:g}_count"]) / valid
+           for t in DELTA_THRESHOLDS},
         valid_samples=valid, rows_below_k=jnp.sum(mb["rows_below_k"]))
     return out
 

@@ -51,6 +51,14 @@ def _maxk_ref(mode, baseline):
     return f
 
 
+def _clamped(reference, c):
+    """Reference with Listing 3's clamp: delta = rho - 1 clipped to [-c, c] before the weights."""
+    def f(x, l, a, k):
+        delta = np.clip(np.expm1(l), -c, c)
+        return reference(x, np.log1p(delta), a, k)
+    return f
+
+
 # name, options, reference(row rewards, row log_ratio, row answers, k), ks
 CASES = [
     ("grpo", {}, lambda x, l, a, k: ref.zscore(x), (1, 4)),
@@ -69,9 +77,13 @@ CASES = [
     ("tang_softmax", dict(beta=4.0, biased=True),
      lambda x, l, a, k: ref.subset_loo(x, k, lambda ids: ref.softmax_value(x[ids], 4.0), True), (3,)),
     ("majority_vote", {}, lambda x, l, a, k: ref.subset_loo(x, k, lambda ids: ref.majority_value(x[ids], a[ids])), (3,)),
-] + [(name, dict(baseline=b), _maxk_ref(mode, b), (1, 3))
-     for name, mode in (("maxk", "on"), ("maxk_offpolicy", "first"), ("maxk_offpolicy_exact", "exact"))
-     for b in E.BASELINES]
+] + [(name, dict(baseline=b), _maxk_ref(mode, b), (1, 3)) for b in E.BASELINES
+       for name, mode in (("maxk", "on"),)
+] + [(name, dict(baseline=b, clamp_delta=None), _maxk_ref(mode, b), (1, 3)) for b in E.BASELINES
+     for name, mode in (("maxk_offpolicy", "first"), ("maxk_offpolicy_exact", "exact"))
+] + [(name, dict(baseline=b, clamp_delta=c), _clamped(_maxk_ref(mode, b), c), (1, 3))
+     for b in ("zscore", "loo1") for c in (0.2, 1.5)
+     for name, mode in (("maxk_offpolicy", "first"), ("maxk_offpolicy_exact", "exact"))]
 
 
 @pytest.mark.parametrize("name, options, reference, ks", CASES,
@@ -105,10 +117,11 @@ def test_required_names_and_uniform_signature():
 
 def test_defaults_documented_choices():
     r, lr, mask, ans = _data(1)
-    np.testing.assert_allclose(E.get_estimator("maxk")(r, k=3, mask=mask), E.loo1_advantage(r, 3, mask=mask))
-    np.testing.assert_allclose(E.get_estimator("maxk", baseline="zscore")(r, k=3, mask=mask),
+    np.testing.assert_allclose(E.get_estimator("maxk", baseline="loo1")(r, k=3, mask=mask),
+                               E.loo1_advantage(r, 3, mask=mask))
+    np.testing.assert_allclose(E.get_estimator("maxk")(r, k=3, mask=mask),      # paper default: z-score
                                E.get_estimator("bon_mean")(r, k=3, mask=mask), atol=1e-6)
-    np.testing.assert_allclose(E.get_estimator("maxk_offpolicy", baseline="none")(r, k=3, log_ratio=lr, mask=mask),
+    np.testing.assert_allclose(E.get_estimator("maxk_offpolicy", baseline="none", clamp_delta=None)(r, k=3, log_ratio=lr, mask=mask),
                                E.maxk_reward_transform_offpolicy(r, lr, 3, mask=mask))
     # estimators that do not need log_ratio ignore it
     np.testing.assert_array_equal(E.get_estimator("grpo")(r, k=2, mask=mask, log_ratio=lr),
@@ -122,6 +135,14 @@ def test_all_equal_rewards_give_zero_advantages():
     biased_raw = {("maxk", "none"), ("maxk_offpolicy", "none"), ("maxk_offpolicy_exact", "none")}
     for name in E.list_estimators():
         fn = E.get_estimator(name)
+        if E.estimator_info(name).needs_log_ratio:
+            # on-policy (log_ratio = 0) equal rewards carry no signal ...
+            np.testing.assert_allclose(fn(r, k=3, log_ratio=np.zeros_like(lr)), 0.0, atol=1e-6, err_msg=name)
+            # ... but off-policy the z-scored r~' of equal rewards is (1 + sum delta)-noise of unit
+            # scale: the paper's "BoN mean" on r~' does this at PPO iterations >= 1 (README)
+            z = np.asarray(fn(r, k=3, log_ratio=lr))
+            np.testing.assert_allclose(z.std(axis=-1), 1.0, rtol=1e-3, err_msg=name)
+            fn = E.get_estimator(name, baseline="loo1")
         np.testing.assert_array_equal(fn(r, k=3, log_ratio=lr, answer_ids=ans), 0.0, err_msg=name)
     for name, b in sorted(biased_raw):                      # raw transforms are not zero
         assert np.all(np.asarray(E.get_estimator(name, baseline=b)(r, k=3, log_ratio=lr)) > 0)
@@ -151,6 +172,15 @@ def test_registry_functions_are_jittable():
     (lambda: E.get_estimator("ppo"), "unknown estimator 'ppo'; valid names: bon_loo1, bon_max_mean"),
     (lambda: E.get_estimator("maxk", beta=1.0), "unknown option\\(s\\) \\['beta'\\]; valid options: baseline"),
     (lambda: E.get_estimator("maxk", baseline="median"), "baseline must be one of"),
+    (lambda: E.get_estimator("maxk_offpolicy", clamp_delta=0.0), "clamp_delta must be None"),
+    (lambda: E.get_estimator("maxk_offpolicy_exact", clamp_delta=float("inf")), "clamp_delta must be None"),
+    (lambda: E.get_estimator("maxk", clamp_delta=0.2), "unknown option"),
+    (lambda: E.get_estimator("maxk_offpolicy", clamp_delta=None)(
+        np.array([0.0, 1.0, 0.5]), k=2, log_ratio=np.array([95.0, 0.0, 0.0])),
+     "overflow \\(largest valid log_ratio 95"),
+    (lambda: E.get_estimator("maxk_offpolicy_exact", clamp_delta=None, baseline="loo1")(
+        np.array([0.0, 1.0, 0.5]), k=2, log_ratio=np.array([0.0, 120.0, 0.0])),
+     "overflow \\(largest valid log_ratio 120"),
     (lambda: E.get_estimator("grpo", eps=-1.0), "eps must be a number >= 0"),
     (lambda: E.get_estimator("bon_mean", ddof=2), "ddof must be 0 or 1"),
     (lambda: E.get_estimator("maxk_offpolicy")(np.ones(4), k=2), "maxk_offpolicy needs log_ratio"),
@@ -164,3 +194,63 @@ def test_registry_functions_are_jittable():
 def test_error_paths(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def _zscore_rows(x):
+    return np.stack([ref.zscore(row) for row in np.asarray(x, np.float64)])
+
+
+def test_offpolicy_defaults_are_the_paper():
+    """Issue acceptance: the default maxk_offpolicy is the per-row z-score of its transform (eq. 5
+    applied to r~'), after Listing 3's delta clamp; likewise the exact form with rho clamped."""
+    rng = np.random.default_rng(7)
+    r = rng.choice([0.0, 0.25, 0.5, 1.0], size=(16, 8))
+    lr = rng.normal(size=r.shape) * 0.8                     # |delta| often above the clamp
+    c = E.DEFAULT_CLAMP_DELTA
+    delta = np.clip(np.expm1(lr), -c, c)
+    for name, transform in (("maxk_offpolicy", E.maxk_reward_transform_offpolicy),
+                            ("maxk_offpolicy_exact", E.maxk_reward_transform_offpolicy_exact)):
+        for k in (1, 3, 6):
+            unclamped = E.get_estimator(name, clamp_delta=None)(r, k=k, log_ratio=lr)
+            np.testing.assert_allclose(unclamped, _zscore_rows(transform(r, lr, k)), atol=2e-5,
+                                       err_msg=f"{name} k={k}")
+            for cd, d in ((None, delta), (0.3, np.clip(np.expm1(lr), -0.3, 0.3))):
+                kw = {} if cd is None else dict(clamp_delta=cd)
+                out = E.get_estimator(name, **kw)(r, k=k, log_ratio=lr)
+                np.testing.assert_allclose(out, _zscore_rows(transform(r, np.log1p(d), k)), atol=2e-5,
+                                           err_msg=f"{name} clamp={cd} k={k}")
+    assert E.estimator_options("maxk_offpolicy")["baseline"] == "zscore"
+    assert E.estimator_options("maxk")["baseline"] == "zscore"
+
+
+def test_clamp_bounds_delta_and_rho():
+    lr = np.array([-5.0, -0.1, 0.0, 0.05, 3.0, 200.0])
+    d = np.expm1(np.asarray(E.clamp_log_ratio(lr, 0.2), np.float64))
+    np.testing.assert_allclose(d, [-0.2, np.expm1(-0.1), 0.0, np.expm1(0.05), 0.2, 0.2], rtol=1e-5)
+    rho = np.exp(np.asarray(E.clamp_log_ratio(lr, 2.0), np.float64))   # c >= 1: rho >= 0 unclamped below
+    np.testing.assert_allclose(rho, [np.exp(-5.0), np.exp(-0.1), 1.0, np.exp(0.05), 3.0, 3.0], rtol=1e-5)
+    np.testing.assert_array_equal(E.clamp_log_ratio(lr, None), lr)
+    # a huge but finite log-ratio is harmless with the default clamp
+    out = E.get_estimator("maxk_offpolicy")(np.array([[0.0, 1.0, 0.5, 0.2]]), k=2,
+                                            log_ratio=np.array([[500.0, 0.0, -500.0, 1.0]]))
+    assert np.all(np.isfinite(out))
+
+
+def test_estimator_info_metadata():
+    for name in E.list_estimators():
+        info = E.estimator_info(name)
+        assert info.name == name and info.loss_form in ("clipped", "is_weighted")
+        r = np.array([[0.0, 1.0, 0.5, 0.25]])
+        kw = dict(log_ratio=np.zeros_like(r), answer_ids=np.array([[0, 1, 2, 3]]))
+        E.get_estimator(name)(r, k=max(info.min_k, 1), **kw)            # min_k is accepted
+        if info.min_k > 1:
+            with pytest.raises(ValueError):
+                E.get_estimator(name)(r, k=info.min_k - 1, **kw)
+        if info.needs_log_ratio:
+            with pytest.raises(ValueError, match="needs log_ratio"):
+                E.get_estimator(name)(r, k=2, answer_ids=kw["answer_ids"])
+        if info.needs_answer_ids:
+            with pytest.raises(ValueError, match="needs answer_ids"):
+                E.get_estimator(name)(r, k=2, log_ratio=kw["log_ratio"])
+    assert E.estimator_info("maxk_offpolicy").needs_log_ratio
+    assert not E.estimator_info("grpo").needs_log_ratio

@@ -113,7 +113,8 @@ def test_exact_offpolicy_estimators_are_unbiased(k):
     want = _grad_max_at_k(theta, k)
     for fn in (lambda r, l, m: E.maxk_reward_transform_offpolicy_exact(r, l, k, mask=m),
                lambda r, l, m: E.loo1_advantage_offpolicy_exact(r, l, k, mask=m),
-               lambda r, l, m: E.get_estimator("maxk_offpolicy_exact")(r, k=k, log_ratio=l, mask=m)):
+               lambda r, l, m: E.get_estimator("maxk_offpolicy_exact", baseline="loo1", clamp_delta=None)(
+                       r, k=k, log_ratio=l, mask=m)):
         np.testing.assert_allclose(_expected_update(fn, theta, theta_old, n), want, atol=2e-6)
     # on-policy estimators are unbiased when theta == theta_old
     want_on = _grad_max_at_k(theta_old, k)

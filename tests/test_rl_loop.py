@@ -212,7 +212,9 @@ def test_every_method_config_validates():
     assert (paper.rollout.n, paper.rollout.temperature, paper.rollout.top_p, paper.rollout.max_new_tokens,
             paper.optim.learning_rate, paper.algo.kl_beta, paper.algo.eps_low, paper.algo.ppo_iterations,
             paper.data.epochs) == (8, 1.0, 1.0, 256, 5e-6, 0.01, 0.2, 3, 1)
-    assert rl_loop.step_config(paper).kind == "is_weighted"
+    assert rl_loop.step_config(paper).kind == "clipped"          # the paper's pipeline: eq. 4
+    from experiments.configs import maxk_offpolicy_is
+    assert rl_loop.step_config(maxk_offpolicy_is.get_config()).kind == "is_weighted"   # §3.3 form
 
 
 # ------------------------------------------------------------------ with the model ----------

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from maxk_jax import sharding, training
-from maxk_jax.estimators import get_estimator, list_estimators
+from maxk_jax.estimators import estimator_info, get_estimator, list_estimators
 from maxk_jax.models import qwen2
 
 CONFIG = qwen2.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -59,7 +59,7 @@ _STEPS = {}
 LR = 20.0
 # Shared configs (each train_step compile of even this tiny model takes several seconds on CPU):
 CFG_IS = training.StepConfig(estimator="maxk_offpolicy", k=2, n=N, aggregation="seq_sum_norm",
-                             norm_length=T)
+                             norm_length=T, loss_kind="is_weighted")
 CFG_FULL = training.StepConfig(estimator="grpo", k=2, n=N, aggregation="token", kl_beta=0.01)
 CFG_ACC = dataclasses.replace(CFG_FULL, micro_batches=2)
 
@@ -229,8 +229,11 @@ def test_every_registered_estimator_traces(params):
             _, metrics = jax.eval_shape(step.jitted, abstract, batch)
         assert metrics["loss"].shape == ()
         kinds[name] = cfg.kind
-    assert kinds["maxk_offpolicy"] == kinds["maxk_offpolicy_exact"] == "is_weighted"
-    assert {v for k, v in kinds.items() if k not in training.IS_WEIGHTED_ESTIMATORS} == {"clipped"}
+    # the paper's pipeline: eq. 4 for every method; the §3.3 IS-weighted form only when asked for
+    assert set(kinds.values()) == {"clipped"}
+    assert {n: estimator_info(n).loss_form for n in list_estimators()} == kinds
+    forced = training.StepConfig(estimator="maxk_offpolicy", k=2, n=N, loss_kind="is_weighted")
+    assert forced.kind == "is_weighted" and forced.loss_config.kind == "is_weighted"
 
 
 def test_optimizer_schedule():

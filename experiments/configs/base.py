@@ -72,7 +72,7 @@ def make(estimator: str, **algo: object) -> ml_collections.ConfigDict:
     c.algo = ml_collections.ConfigDict(dict(
         estimator=estimator,    # any name of maxk_jax.estimators.list_estimators()
         k=4,                    # training k (not stated in the paper; 1 <= k <= n)
-        estimator_options_json="{}",  # e.g. '{"baseline": "mean"}' for the maxk family
+        estimator_options_json="{}",  # e.g. {"baseline": "loo1"} or {"clamp_delta": 0.5} for the maxk family
         ppo_iterations=3,       # paper: 3
         eps_low=0.2,            # paper: 0.2
         eps_high=0.2,
@@ -80,7 +80,7 @@ def make(estimator: str, **algo: object) -> ml_collections.ConfigDict:
         kl_estimator="k3",
         aggregation="sequence",  # token | sequence | seq_sum_norm
         entropy_coef=0.0,
-        loss_kind="auto",       # auto (IS-weighted for maxk_offpolicy*, else clipped) | clipped | is_weighted
+        loss_kind="auto",       # auto (registry default: clipped eq. 4, as the paper ran every method) | clipped | is_weighted (§3.3 gradient, no extra ratio)
     ))
     c.algo.update(algo)
     c.optim = ml_collections.ConfigDict(dict(

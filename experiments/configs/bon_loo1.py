@@ -1,4 +1,4 @@
-"""BoN LOO-1 (Walder & Karkhanis; paper App. A): unbiased on-policy max@k with LOO-1 baseline.
+"""BoN LOO-1 (Walder & Karkhanis; paper App. A, §4.5, Table 2): unbiased on-policy max@k, LOO-1 baseline; clipped eq. 4.
 
     python -m experiments.train --config=experiments/configs/bon_loo1.py \
         --config.model.path=MODEL_DIR --config.output_dir=runs/bon_loo1

@@ -1,4 +1,4 @@
-"""BoN-max mean (Chow et al.; paper App. A): reward only on the best samples, mean baseline.
+"""BoN-max mean (Chow et al.; paper App. A, Table 2): reward only on the best samples, mean baseline; clipped eq. 4.
 
     python -m experiments.train --config=experiments/configs/bon_max_mean.py \
         --config.model.path=MODEL_DIR --config.output_dir=runs/bon_max_mean

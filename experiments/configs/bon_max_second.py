@@ -1,4 +1,4 @@
-"""BoN-max second (paper App. A): reward only on the best samples, second-best baseline.
+"""BoN-max second (paper App. A, Table 2): reward only on the best samples, second-best baseline; clipped eq. 4.
 
     python -m experiments.train --config=experiments/configs/bon_max_second.py \
         --config.model.path=MODEL_DIR --config.output_dir=runs/bon_max_second

@@ -1,4 +1,4 @@
-"""BoN mean (paper App. A): on-policy max@k transform r~ (eq. 9), z-scored.
+"""BoN mean (paper §4.3, App. A, Table 2): on-policy max@k transform r~ (eq. 9), z-scored (eq. 5); clipped eq. 4.
 
     python -m experiments.train --config=experiments/configs/bon_mean.py \
         --config.model.path=MODEL_DIR --config.output_dir=runs/bon_mean

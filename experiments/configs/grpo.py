@@ -1,4 +1,4 @@
-"""GRPO: z-scored rewards (paper eq. 5), clipped surrogate -- the pure RLVR baseline.
+"""GRPO (paper §3.1, eq. 4-5): z-scored rewards, clipped surrogate eq. 4 -- the pure RLVR baseline of Table 2.
 
     python -m experiments.train --config=experiments/configs/grpo.py \
         --config.model.path=MODEL_DIR --config.output_dir=runs/grpo

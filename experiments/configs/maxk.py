@@ -1,4 +1,4 @@
-"""On-policy max@k (eq. 9) with the LOO-1 baseline, clipped surrogate (ignores PPO staleness).
+"""On-policy max@k (eq. 9), z-scored like the paper (§3.2; == bon_mean), clipped eq. 4 (ignores PPO staleness).
 
     python -m experiments.train --config=experiments/configs/maxk.py \
         --config.model.path=MODEL_DIR --config.output_dir=runs/maxk
