@@ -40,8 +40,29 @@ from ml_collections import ConfigDict, config_flags
 from experiments import tiny_pipeline as tp
 
 TABLE2_METHODS = ("grpo", "bon_max_second", "bon_max_mean", "bon_loo1", "bon_mean", "maxk_offpolicy",
-                  "maxk_offpolicy_exact")
+                  "maxk_offpolicy_is", "maxk_offpolicy_exact")
 REFERENCE = "maxk_offpolicy"
+# Methods that are not a bare registry name: (estimator, loss form, estimator options).  Every other
+# method name is a registry estimator with its defaults and loss form "auto" (clipped eq. 4).
+METHOD_VARIANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "maxk_offpolicy": ("maxk_offpolicy", "clipped", {}),        # the paper's pipeline (eq. 4)
+    "maxk_offpolicy_is": ("maxk_offpolicy", "is_weighted", {}),  # the §3.3 derivation's gradient
+}
+# Per-run training statistics read from the RL run's metrics.jsonl (see ``training_stats``).
+TRAIN_STATS = ("kl_ref_final", "grad_norm_mean", "clip_fraction_mean", "delta_gt_1_fraction_mean")
+
+
+def method_spec(method: str) -> tuple[str, str, dict[str, Any]]:
+    """(estimator, loss_kind, estimator options) of a comparison method name."""
+    return METHOD_VARIANTS.get(method, (method, "auto", {}))
+
+
+def apply_method(cfg: ConfigDict, method: str) -> None:
+    """Set the RL estimator, loss form and estimator options of `cfg` (the tiny config) in place."""
+    estimator, loss_kind, options = method_spec(method)
+    cfg.rl.algo.estimator = estimator
+    cfg.rl.algo.loss_kind = loss_kind
+    cfg.rl.algo.estimator_options_json = json.dumps(options, sort_keys=True)
 
 FLAGS = flags.FLAGS
 
@@ -86,15 +107,41 @@ def validate_methods(methods: Sequence[str], cfg: ConfigDict) -> list[str]:
         raise ValueError(f"--methods must include {REFERENCE!r} (the reference of the Wilcoxon tests), got {methods}")
     for m in methods:
         c = ConfigDict(cfg.to_dict())
-        c.rl.algo.estimator = m
+        apply_method(c, m)
         tp.validate(c)
     return methods
+
+
+def training_stats(rl_dir: str) -> dict[str, float]:
+    """Update-size statistics of one RL run from ``<rl_dir>/metrics.jsonl``: KL to the reference
+    (initial) policy at the last step (``ppo/kl_ref``), mean grad norm before clipping, mean PPO clip
+    fraction and mean fraction of samples with |rho - 1| > 1 (sequence level), over steps."""
+    path = os.path.join(rl_dir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no metrics.jsonl in {rl_dir!r}")
+    with open(path, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    if not records:
+        raise ValueError(f"{path!r} is empty")
+
+    def series(key: str) -> np.ndarray:
+        return np.array([r[key] for r in records if r.get(key) is not None], dtype=np.float64)
+
+    def mean(key: str) -> float:
+        v = series(key)
+        return float(v.mean()) if v.size else float("nan")
+
+    kl = series("ppo/kl_ref")
+    return {"kl_ref_final": float(kl[-1]) if kl.size else float("nan"),
+            "grad_norm_mean": mean("ppo/grad_norm"), "clip_fraction_mean": mean("ppo/clip_fraction"),
+            "delta_gt_1_fraction_mean": mean("ppo/is_delta_gt_1_fraction")}
 
 
 # ----------------------------------------------------------------------------------------------
 # Aggregation
 # ----------------------------------------------------------------------------------------------
-def aggregate(base: Any, runs: dict[str, dict[int, Any]], large_k: int) -> dict[str, Any]:
+def aggregate(base: Any, runs: dict[str, dict[int, Any]], large_k: int,
+              train_stats: dict[str, dict[int, dict[str, float]]] | None = None) -> dict[str, Any]:
     """Table numbers from EvalResults: ``runs[method][seed]``, `base` (one result). Per method and
     metric: dataset mean per seed, mean and std (ddof=0) over seeds for every k; Wilcoxon tests of
     REFERENCE vs every other row on seed-averaged per-problem values."""
@@ -125,6 +172,12 @@ def aggregate(base: Any, runs: dict[str, dict[int, Any]], large_k: int) -> dict[
             entry[metric] = {"mean": dict(zip(ks, values.mean(0).tolist())),
                              "std": dict(zip(ks, values.std(0).tolist())) if row["seeds"] else None,
                              "per_seed": {str(s): dict(zip(ks, v.tolist())) for s, v in per_seed.items()}}
+        if train_stats and name in train_stats:
+            by_seed = train_stats[name]
+            entry["train"] = {key: {"mean": float(np.mean([st[key] for st in by_seed.values()])),
+                                    "std": float(np.std([st[key] for st in by_seed.values()])),
+                                    "per_seed": {str(sd): st[key] for sd, st in by_seed.items()}}
+                              for key in TRAIN_STATS}
         out["methods"][name] = entry
     ref = rows[REFERENCE]["per_problem"]
     out["wilcoxon_vs_" + REFERENCE] = {
@@ -168,18 +221,28 @@ def results_markdown(agg: dict[str, Any], setup: list[str]) -> str:
             cells += [_pval(tests[name]["max_at_k"][1]), _pval(tests[name]["max_at_k"][big])]
         label = f"{name} (paper's method)" if name == REFERENCE else name
         lines.append("| " + " | ".join([label] + cells) + " |")
+    if any("train" in e for e in methods.values()):
+        lines += ["", "## Update size (the same learning rate for every method)", "",
+                  "| Method | KL to reference (last step) | grad norm (mean) | PPO clip fraction | "
+                  "share of samples with abs(delta) > 1 |", "|:--|--:|--:|--:|--:|"]
+        for name, entry in methods.items():
+            if "train" in entry:
+                t = entry["train"]
+                lines.append(f"| {name} | " + " | ".join(f"{t[key]['mean']:.4f} ± {t[key]['std']:.4f}"
+                                                         for key in TRAIN_STATS) + " |")
+    shown = [k for k in ks if k & (k - 1) == 0 or k == ks[-1]]       # powers of two (+ n)
     lines += ["", f"Values: dataset mean over {agg['num_problems']} test problems; mean ± std over RL seeds (the base "
               "model is evaluated once). Bold: best mean in the column. p: two-sided Wilcoxon signed-rank test of "
               f"{REFERENCE} vs the row, paired over problems (per-problem unbiased max@k averaged over seeds); the sign "
               f"says whether {REFERENCE} is higher (+) or lower (-) on average.", "",
               "## max@k for every k (mean over seeds)", "",
-              "| Method | " + " | ".join(f"max@{k}" for k in ks) + " |", "|:--" + "|--:" * len(ks) + "|"]
+              "| Method | " + " | ".join(f"max@{k}" for k in shown) + " |", "|:--" + "|--:" * len(shown) + "|"]
     for name, entry in methods.items():
-        lines.append(f"| {name} | " + " | ".join(f"{entry['max_at_k']['mean'][k]:.3f}" for k in ks) + " |")
-    lines += ["", "## pass@k for every k (mean over seeds)", "",
-              "| Method | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|:--" + "|--:" * len(ks) + "|"]
+        lines.append(f"| {name} | " + " | ".join(f"{entry['max_at_k']['mean'][k]:.3f}" for k in shown) + " |")
+    lines += ["", "## pass@k (mean over seeds)", "",
+              "| Method | " + " | ".join(f"pass@{k}" for k in shown) + " |", "|:--" + "|--:" * len(shown) + "|"]
     for name, entry in methods.items():
-        lines.append(f"| {name} | " + " | ".join(f"{entry['pass_at_k']['mean'][k]:.3f}" for k in ks) + " |")
+        lines.append(f"| {name} | " + " | ".join(f"{entry['pass_at_k']['mean'][k]:.3f}" for k in shown) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -198,19 +261,52 @@ def plot_max_at_k(agg: dict[str, Any], path: str, title: str) -> None:
         mean = np.array([entry["max_at_k"]["mean"][k] for k in ks])
         std = (np.array([entry["max_at_k"]["std"][k] for k in ks]) if entry["max_at_k"]["std"] is not None
                else None)
-        style = dict(ls="--", color="black") if name == "base" else dict(marker="o", ms=3,
-                                                                          lw=2.2 if name == REFERENCE else 1.2)
+        style = dict(ls="--", color="black") if name == "base" else dict(marker="o" if len(ks) <= 16 else None,
+                                                                          ms=3, lw=2.2 if name == REFERENCE else 1.2)
         for ax, y in zip(axes, (mean, mean - base)):
             line, = ax.plot(ks, y, label=name, **style)
             if std is not None:
                 ax.fill_between(ks, y - std, y + std, color=line.get_color(), alpha=0.12, linewidth=0)
+    ticks = [k for k in ks if k & (k - 1) == 0]
     for ax, label in zip(axes, ("max@k", "max@k - base max@k")):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xticks(ticks, [str(k) for k in ticks])
         ax.set(xlabel="k", ylabel=label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_frontier(agg: dict[str, Any], path: str) -> None:
+    """max@1 and max@K against KL to the reference policy at the last RL step, one point per
+    (method, seed) and a larger marker at each method's mean: the frontier view that separates a
+    better estimator from a larger step (the base model sits at KL = 0)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    big = agg["large_k"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    base = agg["methods"]["base"]
+    for ax, k in zip(axes, (1, big)):
+        ax.scatter([0.0], [base["max_at_k"]["mean"][k]], marker="*", s=140, color="black", label="base")
+        for name, entry in agg["methods"].items():
+            if "train" not in entry:
+                continue
+            kl = entry["train"]["kl_ref_final"]["per_seed"]
+            ys = entry["max_at_k"]["per_seed"]
+            seeds = [sd for sd in kl if sd in ys]
+            pts = ax.scatter([kl[sd] for sd in seeds], [ys[sd][k] for sd in seeds], s=18, alpha=0.6)
+            ax.scatter([np.mean([kl[sd] for sd in seeds])], [entry["max_at_k"]["mean"][k]], s=90,
+                       color=pts.get_facecolor()[0], edgecolor="black", label=name)
+        ax.set(xlabel="KL(policy || reference) at the last RL step", ylabel=f"max@{k}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("max@k against the distance moved (one small point per seed, large = mean)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -221,7 +317,8 @@ def plot_max_at_k(agg: dict[str, Any], path: str, title: str) -> None:
 # ----------------------------------------------------------------------------------------------
 def _settings(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int], large_k: int) -> dict[str, Any]:
     shared = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "runs_dir")}
-    shared["rl"]["algo"].pop("estimator", None)
+    for key in ("estimator", "loss_kind", "estimator_options_json"):   # set per method
+        shared["rl"]["algo"].pop(key, None)
     return {"config": shared, "methods": list(methods), "seeds": list(seeds), "large_k": large_k}
 
 
@@ -275,10 +372,12 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
             if os.path.isfile(os.path.join(directory, "summary.json")):
                 return read_report(directory)[0]
             return timer.run(f"eval {label}", lambda: tp.evaluate_model(
-                cfg, model_config, params_fn(), tokenizer, problems, judge, directory, label, progress=progress))
+                cfg, model_config, params_fn(), tokenizer, problems, judge, directory, label, progress=progress,
+                ks=tuple(range(1, cfg.eval.n + 1))))
 
         base = evaluated(os.path.join(out_dir, "base"), lambda: base_params, "base")
         runs: dict[str, dict[int, Any]] = {m: {} for m in methods}
+        stats: dict[str, dict[int, dict[str, float]]] = {m: {} for m in methods}
         for seed in seeds:
             for method in methods:
                 run_dir = os.path.join(out_dir, method, f"seed{seed}")
@@ -289,14 +388,15 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
                         shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run restarts cleanly
                         run_cfg = ConfigDict(cfg.to_dict())
                         run_cfg.seed = seed
-                        run_cfg.rl.algo.estimator = method
+                        apply_method(run_cfg, method)
                         rcfg = tp.rl_config(run_cfg, model_path, rl_dir, train_path)
                         rcfg.name = f"{method}/seed{seed}"
                         timer.run(f"rl {method} seed {seed}", lambda: rl_loop.run(rcfg, executor=judge,
                                                                                  progress=progress))
                 runs[method][seed] = evaluated(eval_dir, lambda: tp.load_trained(rl_dir, model_path).params,
                                                f"{method} seed {seed}")
-        agg = aggregate(base, runs, large_k)
+                stats[method][seed] = training_stats(rl_dir)
+        agg = aggregate(base, runs, large_k, stats)
     finally:
         if own:
             judge.close()
@@ -317,6 +417,7 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
     tp.write_json(os.path.join(out_dir, "results.json"), {**agg, "timings": timer.phases})
     plot = os.path.join(out_dir, "max_at_k.png")
     plot_max_at_k(agg, plot, f"max@k after {rl.max_steps} RL steps (mean over {len(seeds)} seeds)")
+    plot_frontier(agg, os.path.join(out_dir, "frontier.png"))
     return {"out_dir": out_dir, "results": results, "plot": plot, "aggregate": agg, "timings": timer.phases}
 
 

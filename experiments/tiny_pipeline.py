@@ -395,9 +395,11 @@ def eval_settings(cfg: ConfigDict, model_config: Any, tokenizer: Any) -> Any:
 
 
 def evaluate_model(cfg: ConfigDict, model_config: Any, params: Any, tokenizer: Any, problems: Sequence[Problem],
-                   executor: Any, out_dir: str, name: str, *, progress: bool = True) -> Any:
+                   executor: Any, out_dir: str, name: str, *, progress: bool = True,
+                   ks: Sequence[int] | None = None) -> Any:
     """n samples per problem (key ``eval.seed``: the same sample keys for every model), judged;
-    writes the `maxk_jax.eval_report` files to `out_dir` and returns the `EvalResult`."""
+    writes the `maxk_jax.eval_report` files to `out_dir` and returns the `EvalResult`.
+    ks: the k values of the tables (default 1, 2, 4, ..., n)."""
     from maxk_jax.eval_report import write_report
     from maxk_jax.evaluation import default_ks, run_evaluation
     from maxk_jax.rollout import PromptCompletionSource
@@ -408,7 +410,8 @@ def evaluate_model(cfg: ConfigDict, model_config: Any, params: Any, tokenizer: A
                "top_p": cfg.eval.top_p, "top_k": cfg.eval.top_k, "max_new_tokens": cfg.eval.max_new_tokens,
                "prompt_format": settings.prompt_format, "dataset": cfg.data.dataset}
     result = run_evaluation(problems, source, executor=executor, n=cfg.eval.n, key=jax.random.key(cfg.eval.seed),
-                            ks=default_ks(cfg.eval.n), batch_size=cfg.eval.batch_size, progress=progress,
+                            ks=default_ks(cfg.eval.n) if ks is None else tuple(ks),
+                            batch_size=cfg.eval.batch_size, progress=progress,
                             config=run_cfg)
     write_report(result, out_dir, name=name)
     return result

@@ -50,6 +50,40 @@ def test_aggregate_means_stds_and_paired_tests():
     assert "| maxk_offpolicy (paper's method) |" in md and "max@4" in md and "- setup line" in md
 
 
+def test_method_variants_and_training_stats(tmp_path):
+    cfg = tiny_config.get_config()
+    cm.apply_method(cfg, "maxk_offpolicy_is")
+    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind) == ("maxk_offpolicy", "is_weighted")
+    cm.apply_method(cfg, "maxk_offpolicy")
+    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind) == ("maxk_offpolicy", "clipped")
+    cm.apply_method(cfg, "bon_mean")
+    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind, cfg.rl.algo.estimator_options_json) == (
+        "bon_mean", "auto", "{}")
+    assert cm.validate_methods(list(cm.TABLE2_METHODS), tiny_config.get_config()) == list(cm.TABLE2_METHODS)
+    rl = tmp_path / "rl"
+    rl.mkdir()
+    recs = [{"step": 1, "ppo/kl_ref": 0.01, "ppo/grad_norm": 0.5, "ppo/clip_fraction": 0.1,
+             "ppo/is_delta_gt_1_fraction": 0.0},
+            {"step": 2, "ppo/kl_ref": 0.04, "ppo/grad_norm": 1.5, "ppo/clip_fraction": 0.3,
+             "ppo/is_delta_gt_1_fraction": 0.2}]
+    (rl / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    st = cm.training_stats(str(rl))
+    assert st == pytest.approx({"kl_ref_final": 0.04, "grad_norm_mean": 1.0, "clip_fraction_mean": 0.2,
+                                "delta_gt_1_fraction_mean": 0.1})
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        cm.training_stats(str(tmp_path))
+    # aggregate + table + frontier plot with the stats
+    rng = np.random.default_rng(1)
+    base = rng.choice([0.0, 0.5, 1.0], size=(8, 4))
+    runs = {m: {0: _result(base), 1: _result(np.minimum(base + 0.5, 1.0))} for m in ("grpo", "maxk_offpolicy")}
+    stats = {m: {0: st, 1: {**st, "kl_ref_final": 0.08}} for m in runs}
+    agg = cm.aggregate(_result(base), runs, large_k=4, train_stats=stats)
+    assert agg["methods"]["grpo"]["train"]["kl_ref_final"]["mean"] == pytest.approx(0.06)
+    assert "## Update size" in cm.results_markdown(agg, [])
+    cm.plot_frontier(agg, str(tmp_path / "frontier.png"))
+    assert (tmp_path / "frontier.png").stat().st_size > 1000
+
+
 @pytest.mark.parametrize("methods,match", [
     (["grpo", "bon_mean"], "must include 'maxk_offpolicy'"),
     (["maxk_offpolicy"], "at least two"),
@@ -84,8 +118,8 @@ def test_toy_comparison_writes_table_and_plot(tmp_path):
     cfg.runs_dir = str(tmp_path)
     out = cm.run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0, 1], name="cmp", large_k=4, progress=False)
     root = pathlib.Path(out["out_dir"])
-    for rel in ("results.md", "results.json", "max_at_k.png", "compare_config.json", "base/summary.json",
-                "grpo/seed0/eval/summary.json", "maxk_offpolicy/seed1/rl/metrics.jsonl"):
+    for rel in ("results.md", "results.json", "max_at_k.png", "frontier.png", "compare_config.json",
+                "base/summary.json", "grpo/seed0/eval/summary.json", "maxk_offpolicy/seed1/rl/metrics.jsonl"):
         assert (root / rel).is_file(), rel
     table = (root / "results.md").read_text()
     assert "| grpo |" in table and "± " in table and "p max@4" in table
