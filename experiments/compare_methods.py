@@ -38,23 +38,20 @@ from absl import app, flags, logging
 from ml_collections import ConfigDict, config_flags
 
 from experiments import tiny_pipeline as tp
+from experiments.configs import base as base_config
 
 TABLE2_METHODS = ("grpo", "bon_max_second", "bon_max_mean", "bon_loo1", "bon_mean", "maxk_offpolicy",
                   "maxk_offpolicy_is", "maxk_offpolicy_exact")
 REFERENCE = "maxk_offpolicy"
-# Methods that are not a bare registry name: (estimator, loss form, estimator options).  Every other
-# method name is a registry estimator with its defaults and loss form "auto" (clipped eq. 4).
-METHOD_VARIANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "maxk_offpolicy": ("maxk_offpolicy", "clipped", {}),        # the paper's pipeline (eq. 4)
-    "maxk_offpolicy_is": ("maxk_offpolicy", "is_weighted", {}),  # the §3.3 derivation's gradient
-}
+# Methods are the entries of experiments/configs/base.py's METHODS table (estimator, loss form,
+# options); any other registry estimator name runs with its defaults and loss form "auto".
 # Per-run training statistics read from the RL run's metrics.jsonl (see ``training_stats``).
 TRAIN_STATS = ("kl_ref_final", "grad_norm_mean", "clip_fraction_mean", "delta_gt_1_fraction_mean")
 
 
 def method_spec(method: str) -> tuple[str, str, dict[str, Any]]:
     """(estimator, loss_kind, estimator options) of a comparison method name."""
-    return METHOD_VARIANTS.get(method, (method, "auto", {}))
+    return base_config.METHODS.get(method, (method, "auto", {}))
 
 
 def apply_method(cfg: ConfigDict, method: str) -> None:

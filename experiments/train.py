@@ -1,15 +1,16 @@
 r"""RL fine-tuning launcher: sample -> execute -> estimate -> PPO -> evaluate -> checkpoint.
 
-    .venv/bin/python -m experiments.train --config=experiments/configs/maxk_offpolicy.py \
+    .venv/bin/python -m experiments.train --config=experiments/configs/base.py:maxk_offpolicy \
         --config.model.path=/models/qwen2.5-coder-7b-instruct \
         --config.data.problems=cache/cc_train.jsonl.gz --config.output_dir=runs/maxk
-    .venv/bin/python -m experiments.train --config=experiments/configs/maxk_offpolicy.py \
+    .venv/bin/python -m experiments.train --config=experiments/configs/base.py:maxk_offpolicy \
         --config.model.path=... --config.output_dir=runs/maxk --resume      # continue exactly
 
-Configs: experiments/configs/<method>.py (grpo, rloo, bon_max_mean, bon_max_second, bon_loo1,
-bon_mean, maxk, maxk_offpolicy, maxk_offpolicy_exact, tang_loo, tang_loo_biased,
-tang_leave_p_out, tang_softmax, majority_vote, tiny_synthetic) share base.py (the paper's
-hyperparameters); any field can be overridden with --config.<field>=<value>.
+Configs: experiments/configs/base.py:<method> (the paper's hyperparameters; methods in its METHODS
+table: grpo, bon_max_mean, bon_max_second, bon_loo1, bon_mean, maxk_offpolicy (default),
+maxk_offpolicy_is, maxk_offpolicy_exact, maxk, rloo, tang_loo, tang_loo_biased, tang_leave_p_out,
+tang_softmax, majority_vote) and experiments/configs/tiny_synthetic.py (laptop scale); any field
+can be overridden with --config.<field>=<value>.
 The config is validated (estimator, k <= n, mesh vs devices, batch vs data axis, micro-batches)
 before anything is loaded or compiled.  Outputs in config.output_dir: config.json,
 metrics.jsonl, tensorboard/, checkpoints/<step>/ (orbax), eval/step_<s>/ (if eval.interval).
@@ -23,8 +24,9 @@ from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
-    "config", "experiments/configs/maxk_offpolicy.py",
-    "Path to an ml_collections config file (experiments/configs/*.py); override fields with "
+    "config", "experiments/configs/base.py",
+    "Path to an ml_collections config file, optionally with a method: "
+    "experiments/configs/base.py:<method> (grpo, bon_mean, maxk_offpolicy, ...); override fields with "
     "--config.<field>=<value>, e.g. --config.algo.k=2.", lock_config=True)
 flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in "
                   "<output_dir>/checkpoints (same data order and PRNG state); without it an "

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.configs import base, tiny_synthetic
+from experiments.configs import base, tiny_synthetic  # noqa: F401
 from maxk_jax import rl_loop, rollout, training
 from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
 from maxk_jax.data import synthetic as syn
@@ -196,25 +196,25 @@ def test_bad_configs_fail_before_loading_or_compiling(tmp_path, monkeypatch, cha
 
 
 def test_every_method_config_validates():
-    names = [f[:-3] for f in os.listdir(os.path.join(ROOT, "experiments", "configs"))
-             if f.endswith(".py") and f not in ("__init__.py", "base.py")]
     assert {"grpo", "bon_max_mean", "bon_max_second", "bon_loo1", "bon_mean", "maxk_offpolicy",
-            "maxk_offpolicy_exact", "tang_loo", "tang_loo_biased"} <= set(names)
-    import importlib
-    for name in names:
-        cfg = importlib.import_module(f"experiments.configs.{name}").get_config()
-        if "algo" not in cfg:   # not an RL run config (e.g. the tiny pipeline's tiny.py)
-            continue
+            "maxk_offpolicy_exact", "tang_loo", "tang_loo_biased"} <= set(base.METHODS)
+    from experiments.configs import tiny_synthetic
+    configs = [base.get_config(name) for name in base.METHODS] + [tiny_synthetic.get_config()]
+    for cfg in configs:
         cfg.model.path, cfg.output_dir = "/model", "/out"
         step = rl_loop.validate_config(cfg, num_devices=8)
         assert step.k <= step.n
+    for name, (estimator, loss_kind, _) in base.METHODS.items():
+        step = rl_loop.step_config(base.get_config(name))
+        assert (step.estimator, step.kind) == (estimator, loss_kind), name
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        base.get_config("nope")
     paper = base.get_config()
     assert (paper.rollout.n, paper.rollout.temperature, paper.rollout.top_p, paper.rollout.max_new_tokens,
             paper.optim.learning_rate, paper.algo.kl_beta, paper.algo.eps_low, paper.algo.ppo_iterations,
             paper.data.epochs) == (8, 1.0, 1.0, 256, 5e-6, 0.01, 0.2, 3, 1)
-    assert rl_loop.step_config(paper).kind == "clipped"          # the paper's pipeline: eq. 4
-    from experiments.configs import maxk_offpolicy_is
-    assert rl_loop.step_config(maxk_offpolicy_is.get_config()).kind == "is_weighted"   # §3.3 form
+    assert paper.name == "maxk_offpolicy" and rl_loop.step_config(paper).kind == "clipped"  # eq. 4
+    assert rl_loop.step_config(base.get_config("maxk_offpolicy_is")).kind == "is_weighted"  # §3.3
 
 
 # ------------------------------------------------------------------ with the model ----------

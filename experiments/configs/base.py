@@ -1,4 +1,8 @@
-"""Shared run config: the paper's hyperparameters for Qwen2.5-Coder-7B-Instruct on CodeContests.
+"""The run config: the paper's hyperparameters for Qwen2.5-Coder-7B-Instruct on CodeContests, and
+one entry per method, selected by name on the command line:
+
+    python -m experiments.train --config=experiments/configs/base.py:grpo ...
+    python -m experiments.train --config=experiments/configs/base.py            # maxk_offpolicy
 
 Paper (max@k, §4.4): 8 completions per problem, temperature 1.0, top-p 1.0, 256 new tokens,
 Adam with learning rate 5e-6, beta (KL) 0.01, clip epsilon 0.2, 3 PPO iterations per rollout,
@@ -9,17 +13,65 @@ one epoch over the 2,490 CodeContests train problems.  Not stated in the paper, 
     aggregation (GRPO eq. 4);
   * float32 parameters and Adam moments, bfloat16 matmuls, per-layer rematerialisation, mesh
     fsdp over every device (ZeRO-3) -- the layout experiments/plan_train.py plans for the 7B.
-Every method config (grpo.py, maxk_offpolicy.py, ...) is ``make(<estimator>)``; override any
-field on the command line, e.g. ``--config.algo.k=2 --config.rollout.prompts=32``.
+Override any field on the command line, e.g. ``--config.algo.k=2 --config.rollout.prompts=32``.
 """
 from __future__ import annotations
 
+import json
+
 import ml_collections
 
+DEFAULT_METHOD = "maxk_offpolicy"
 
-def get_config() -> ml_collections.ConfigDict:
-    """The full config with the paper's method (maxk_offpolicy)."""
-    return make("maxk_offpolicy")
+# Every method: (estimator, loss form, estimator options), with the paper section it follows.
+# Loss forms: "clipped" = GRPO's clipped objective eq. 4 (what the paper ran for every method);
+# "is_weighted" = the §3.3 derivation's gradient sum_i c_i grad log pi(y_i), no extra ratio.
+METHODS: dict[str, tuple[str, str, dict]] = {
+    # --- the max@k paper's Table 2 ---
+    # GRPO (§3.1, eq. 4-5): z-scored rewards -- the pure reward-maximisation baseline.
+    "grpo": ("grpo", "clipped", {}),
+    # BoN-max mean (Chow et al.; App. A): reward only on the best samples, mean baseline.
+    "bon_max_mean": ("bon_max_mean", "clipped", {}),
+    # BoN-max second (App. A): reward only on the best samples, second-best baseline.
+    "bon_max_second": ("bon_max_second", "clipped", {}),
+    # BoN LOO-1 (Walder & Karkhanis; App. A, §4.5): unbiased on-policy max@k, LOO-1 baseline.
+    "bon_loo1": ("bon_loo1", "clipped", {}),
+    # BoN mean (§4.3, App. A): on-policy max@k transform r~ (eq. 9), z-scored (eq. 5).
+    "bon_mean": ("bon_mean", "clipped", {}),
+    # Off-policy BoN, the paper's method as it ran it (§3.3 + §3.1/§4.3, Listing 3): first-order
+    # IS-corrected r~' with delta clamped (clamp_delta), z-scored, in GRPO's clipped eq. 4.
+    "maxk_offpolicy": ("maxk_offpolicy", "clipped", {}),
+    # --- beyond Table 2 ---
+    # The same estimator with the §3.3 derivation's gradient (IS-weighted, no extra PPO ratio).
+    "maxk_offpolicy_is": ("maxk_offpolicy", "is_weighted", {}),
+    # Exact importance-weighted eq. 10 (polynomial DP), rho clamped to [1-c, 1+c], z-scored.
+    "maxk_offpolicy_exact": ("maxk_offpolicy_exact", "clipped", {}),
+    # On-policy max@k (eq. 9), z-scored (== bon_mean); ignores PPO staleness.
+    "maxk": ("maxk", "clipped", {}),
+    # RLOO (Ahmadian et al.): leave-one-out mean baseline.
+    "rloo": ("rloo", "clipped", {}),
+    # Tang et al. eq. 2 (leave-one-out, f = max) and eq. 3 (mean-subtracted).
+    "tang_loo": ("tang_loo", "clipped", {}),
+    "tang_loo_biased": ("tang_loo_biased", "clipped", {}),
+    # Tang et al. App. B leave-p-out (p = 1; --config.algo.estimator_options_json='{"p": 2}').
+    "tang_leave_p_out": ("tang_leave_p_out", "clipped", {}),
+    # Tang et al. App. B softmax objective (beta = 1).
+    "tang_softmax": ("tang_softmax", "clipped", {}),
+    # Tang et al. §3.1 majority voting over program behaviour.
+    "majority_vote": ("majority_vote", "clipped", {}),
+}
+
+
+def get_config(method: str | None = None) -> ml_collections.ConfigDict:
+    """The full config of `method` (a METHODS name; default: the paper's maxk_offpolicy)."""
+    method = method or DEFAULT_METHOD
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r} in --config=.../base.py:<method>; valid methods: "
+                         f"{', '.join(sorted(METHODS))}")
+    estimator, loss_kind, options = METHODS[method]
+    c = make(estimator, loss_kind=loss_kind, estimator_options_json=json.dumps(options, sort_keys=True))
+    c.name = method
+    return c
 
 
 def _problem_spec(split: str) -> dict:

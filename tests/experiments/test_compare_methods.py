@@ -58,7 +58,7 @@ def test_method_variants_and_training_stats(tmp_path):
     assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind) == ("maxk_offpolicy", "clipped")
     cm.apply_method(cfg, "bon_mean")
     assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind, cfg.rl.algo.estimator_options_json) == (
-        "bon_mean", "auto", "{}")
+        "bon_mean", "clipped", "{}")
     assert cm.validate_methods(list(cm.TABLE2_METHODS), tiny_config.get_config()) == list(cm.TABLE2_METHODS)
     rl = tmp_path / "rl"
     rl.mkdir()

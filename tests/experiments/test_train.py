@@ -30,16 +30,23 @@ def test_help_lists_every_flag_with_help_text():
 
 
 def test_validate_only_good_config_with_overrides():
-    out = train("--config=experiments/configs/grpo.py", "--config.model.path=/m", "--config.output_dir=/o",
+    out = train("--config=experiments/configs/base.py:grpo", "--config.model.path=/m", "--config.output_dir=/o",
                 "--config.algo.k=2", "--config.rollout.prompts=4", "--validate_only")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["loss_kind"] == "clipped"
     assert report["config"]["algo"]["k"] == 2 and report["config"]["algo"]["estimator"] == "grpo"
-    out = train("--config=experiments/configs/maxk_offpolicy.py", "--config.model.path=/m",
+    out = train("--config=experiments/configs/base.py:maxk_offpolicy", "--config.model.path=/m",
                 "--config.output_dir=/o", "--validate_only")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["loss_kind"] == "is_weighted"
+    assert json.loads(out.stdout)["loss_kind"] == "clipped"           # the paper's pipeline, eq. 4
+    out = train("--config=experiments/configs/base.py:maxk_offpolicy_is", "--config.model.path=/m",
+                "--config.output_dir=/o", "--validate_only")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["loss_kind"] == "is_weighted"       # the §3.3 derivation's form
+    out = train("--config=experiments/configs/base.py:nope", "--config.model.path=/m",
+                "--config.output_dir=/o", "--validate_only")
+    assert out.returncode != 0 and "unknown method 'nope'" in out.stderr
 
 
 @pytest.mark.parametrize("args, message", [   # more cases in-process: tests/test_rl_loop.py
@@ -48,7 +55,7 @@ def test_validate_only_good_config_with_overrides():
       "--config.mesh.data=-1"], "not divisible across the data*fsdp=8"),
 ])
 def test_bad_configs_are_rejected_with_a_clear_error(args, message):
-    out = train("--config=experiments/configs/maxk_offpolicy.py", "--config.model.path=/m",
+    out = train("--config=experiments/configs/base.py", "--config.model.path=/m",
                 "--config.output_dir=/o", *args)
     assert out.returncode != 0
     assert message in out.stderr, out.stderr[-2000:]
