@@ -152,7 +152,7 @@ def _enumerate_rows(r: Array, mask: Array, ans: Array, k: int, kind: str, beta: 
     adv = adv - jnp.where(biased, jnp.mean(adv, axis=-1, keepdims=True), 0)
     ok = jnp.all(mask[:, idx], axis=-1)                                      # [B, S]
     adv = jnp.where(ok[..., None], adv, 0)
-    tot = jnp.zeros((b, n), r.dtype).at[:, idx.reshape(-1)].add(adv.reshape(b, -1))
+    tot = jnp.zeros((b, n), r.dtype).at[:, idx.reshape(-1)].add(adv.reshape(b, idx.size))  # b may be 0
     cnt = jnp.sum(ok, axis=-1, keepdims=True).astype(r.dtype)              # = C(n_valid, k)
     out = tot / jnp.maximum(cnt, 1)
     s = sort_rows(r, mask, ans)                                              # tie canonicalisation
