@@ -201,6 +201,7 @@ def validate(cfg: ConfigDict) -> None:
     from maxk_jax import rl_loop
     from maxk_jax.data.loaders import LOADERS, canonical_name
     from maxk_jax.estimators import list_estimators
+    from maxk_jax.sampling_filters import validate_filters
 
     if not cfg.name or "/" in cfg.name or cfg.name.startswith((".", "_")):
         raise ValueError(f"name={cfg.name!r} must be a plain directory name (no '/', not starting with . or _)")
@@ -233,6 +234,10 @@ def validate(cfg: ConfigDict) -> None:
             raise ValueError(f"eval.{field}={v!r} must be an int >= 1")
     if not cfg.eval.temperature > 0:
         raise ValueError(f"eval.temperature={cfg.eval.temperature!r} must be > 0 (sampled pass@k / max@k)")
+    try:  # here, not at the first evaluation after the run directory was created
+        validate_filters(cfg.eval.temperature, cfg.eval.top_k, cfg.eval.top_p)
+    except ValueError as e:
+        raise ValueError(f"eval.{e}") from e
     probe = ConfigDict(cfg.rl.to_dict())
     probe.output_dir = probe.output_dir or "<run>/rl"
     probe.model.path = probe.model.path or cfg.model.path or "<base>"

@@ -207,6 +207,9 @@ class ModelCompletionSource:
                  generate_kwargs: Optional[Mapping[str, Any]] = None, generate_fn: Optional[Callable] = None):
         self.config, self.params, self.tokenizer = config, params, tokenizer
         self.max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
+        from maxk_jax.sampling_filters import validate_filters
+
+        validate_filters(temperature, top_k, top_p)   # fail at construction, not at the first sample
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.eos_id = default_eos_ids(config, tokenizer) if eos_id is None else eos_id
         self.render_kwargs = dict(render_kwargs or {})

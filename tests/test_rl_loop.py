@@ -176,6 +176,9 @@ def test_metrics_logger_truncates_on_resume(tmp_path):
     ({"algo.estimator_options_json": "{bad"}, "estimator_options_json"),
     ({"eval.interval": 5, "eval.n": 4, "eval.ks": "1,8"}, "eval.ks has k=8"),
     ({"eval.interval": 5, "eval.dataset": ""}, "eval.interval > 0 needs"),
+    ({"eval.interval": 5, "eval.top_p": 2.0}, "eval.top_p must lie in \\(0, 1\\]"),
+    ({"eval.interval": 5, "eval.temperature": -1.0}, "eval.temperature must be a finite float >= 0"),
+    ({"eval.interval": 5, "eval.batch_size": 0}, "eval.batch_size=0 must be an int >= 1"),
     ({"data.prompt_format": "xml"}, "prompt_format"),
 ])
 def test_bad_configs_fail_before_loading_or_compiling(tmp_path, monkeypatch, change, message):

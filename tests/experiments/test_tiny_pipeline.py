@@ -119,6 +119,8 @@ def test_flag_validation(kwargs, match):
 
 @pytest.mark.parametrize("section,field,value,match", [
     ("eval", "n", 0, "eval.n"), ("eval", "temperature", 0.0, "eval.temperature"),
+    ("eval", "top_p", 2.0, "eval.top_p must lie in"), ("eval", "top_k", -1, "eval.top_k must be an int >= 0"),
+    ("eval", "temperature", float("inf"), "eval.temperature must be a finite float"),
     ("warmup", "steps", 0, "WarmupConfig.steps"), ("warmup", "noise", 1.5, "warmup.noise"),
     ("synthetic", "max_ops", 9, "max_ops"), ("rl", "max_steps", -1, "max_steps"),
 ])
