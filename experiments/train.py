@@ -21,11 +21,15 @@ import json
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from maxk_jax import config_overrides
+
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file(
-    "config", "experiments/configs/maxk_offpolicy.py",
-    "Path to an ml_collections config file (experiments/configs/*.py); override fields with "
-    "--config.<field>=<value>, e.g. --config.algo.k=2.", lock_config=True)
+_DEFAULT_CONFIG = "experiments/configs/maxk_offpolicy.py"
+with config_overrides.explained_errors("config", _DEFAULT_CONFIG):  # unknown --config.x: clear error
+    config_flags.DEFINE_config_file(
+        "config", _DEFAULT_CONFIG,
+        "Path to an ml_collections config file (experiments/configs/*.py); override fields with "
+        "--config.<field>=<value>, e.g. --config.algo.k=2.", lock_config=True)
 flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in "
                   "<output_dir>/checkpoints (same data order and PRNG state); without it an "
                   "output_dir that already holds checkpoints is refused.")
@@ -51,4 +55,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=config_overrides.parse_flags)

@@ -143,6 +143,14 @@ def test_help_lists_every_flag():
 
 
 
+def test_unknown_config_field_names_it_and_the_valid_ones():
+    out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config.rl.algo.kk=3"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "--config.rl.algo.kk: config.rl.algo has no field 'kk'; valid fields: " in out.stderr
+    assert "(did you mean 'k'?)" in out.stderr
+
+
 # ----------------------------------------------------------------------------------------------
 # The real-checkpoint route: --model_path (a HF Qwen2 directory) + --dataset=mbpp --dataset_path
 # ----------------------------------------------------------------------------------------------
