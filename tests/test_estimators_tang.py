@@ -109,6 +109,20 @@ def test_empty_batch_gives_empty_result(lead):
         assert out.shape == r.shape
 
 
+def test_majority_vote_masks_negative_answer_ids():
+    """answer id < 0 = behaviour undetermined: the sample is masked exactly as with mask=False."""
+    rng = np.random.default_rng(3)
+    ans = rng.integers(0, 3, size=(BATCH, WIDTH))
+    r = (ans == 0).astype(np.float64)
+    undetermined = rng.random((BATCH, WIDTH)) < 0.3
+    ids = np.where(undetermined, -1, ans)
+    for biased in (False, True):
+        got = np.asarray(E.majority_vote_advantage(r, ids, 3, biased=biased))
+        want = np.asarray(E.majority_vote_advantage(r, ans, 3, biased=biased, mask=~undetermined))
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert np.all(got[undetermined] == 0.0)
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: E.tang_leave_p_out_advantage(np.ones(5), 3, 3), "p=3 exceeds"),
     (lambda: E.tang_leave_p_out_advantage(np.ones(5), 3, 0), "p must be >= 1"),
