@@ -81,43 +81,49 @@ def _load_files(files: Sequence[Path], columns: Sequence[str] | None) -> dataset
                          f"{type(e).__name__}: {e}") from e
 
 
+def _open_json_text(path: str):
+    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
+
+
 def check_json_file(path: str | os.PathLike) -> None:
     """Raise ValueError naming `path` (and the line) when it is not readable JSON / JSON lines.
 
     ``.gz`` files are decompressed (a corrupt or truncated gzip stream is reported as such). A file
-    whose first non-blank line is a complete JSON value is JSON lines (each line checked); any
-    other file must be one JSON document.
+    whose first non-blank line is a complete JSON value is JSON lines (streamed, each line
+    checked); any other file must be one JSON document.
     """
     path = os.fspath(path)
+    lineno = 0
     try:
-        with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz")
-              else open(path, encoding="utf-8")) as f:
-            text = f.read()
+        with _open_json_text(path) as f:
+            first = ""
+            for lineno, first in enumerate(f, 1):
+                if first.strip():
+                    break
+            if not first.strip():
+                return
+            try:
+                json.loads(first)
+            except json.JSONDecodeError:
+                document = first + f.read()   # not JSON lines: one document
+                start = lineno - 1
+            else:
+                for lineno, line in enumerate(f, lineno + 1):
+                    if line.strip():
+                        try:
+                            json.loads(line.rstrip("\r\n"))
+                        except json.JSONDecodeError as e:
+                            raise ValueError(f"{path}:{lineno}: invalid JSON (JSON lines file): {e.msg} at "
+                                             f"column {e.colno}") from e
+                return
     except (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as e:
         kind = "gzip file (corrupt or truncated?)" if path.endswith(".gz") else "UTF-8 text file"
-        raise ValueError(f"{path}: not a readable {kind}: {type(e).__name__}: {e}") from e
-    lines = text.splitlines()
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is None:
-        return
+        where = f" (after line {lineno})" if lineno else ""
+        raise ValueError(f"{path}: not a readable {kind}{where}: {type(e).__name__}: {e}") from e
     try:
-        json.loads(lines[first])
-        jsonl = True
-    except json.JSONDecodeError:
-        jsonl = False
-    if jsonl:
-        for lineno, line in enumerate(lines[first:], first + 1):
-            if line.strip():
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: invalid JSON (JSON lines file): {e.msg} at column "
-                                     f"{e.colno}") from e
-        return
-    try:
-        json.loads(text)
+        json.loads(document)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg} at column {e.colno}") from e
+        raise ValueError(f"{path}:{start + e.lineno}: invalid JSON: {e.msg} at column {e.colno}") from e
 
 
 def looks_local(source: str) -> bool:
