@@ -232,7 +232,8 @@ def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Any, problems: Se
 
 def rollout_metrics(ro: Rollout, ks: Sequence[int]) -> dict[str, float]:
     """Scalar metrics of a rollout: rewards, train pass@k / max@k (unbiased, over prompts with
-    >= k valid samples), completion lengths, statuses and masked samples."""
+    >= k valid samples), completion lengths, statuses, masked samples and valid samples whose
+    behaviour is unknown (``samples/behaviour_unknown``: masked out of majority_vote)."""
     valid = ro.valid
     r = ro.rewards[valid]
     nan = float("nan")
@@ -253,6 +254,9 @@ def rollout_metrics(ro: Rollout, ks: Sequence[int]) -> dict[str, float]:
         "length/min": float(ro.lengths.min()),
         "length/truncated_fraction": float(np.mean(~ro.finished)),
     }
+    if ro.batch is not None:   # judged samples whose behaviour is unknown: masked out of majority_vote
+        ids = np.asarray(ro.batch.answer_ids).reshape(ro.rewards.shape)
+        out["samples/behaviour_unknown"] = float(np.sum(valid & (ids < 0)))
     flat = [s for row in ro.statuses for s in row]
     for status in STATUSES:
         out[f"status/{status}"] = float(sum(s == status for s in flat))

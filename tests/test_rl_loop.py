@@ -242,6 +242,7 @@ def test_rollout_logprobs_match_training_forward_under_truncation(tiny_ckpt, pro
     assert ids.min() >= -1 and ids.max() < 4
     for row_ids, row_r in zip(ids, ro.rewards):   # same behaviour => same verdicts => same reward
         assert all(row_r[j] == row_r[i] for i in range(4) for j in range(4) if row_ids[i] == row_ids[j] >= 0)
+    assert rollout.rollout_metrics(ro, ks=(1,))["samples/behaviour_unknown"] == float(np.sum(ids < 0))
     cfg = training.StepConfig(estimator="grpo", k=2, n=4, temperature=0.7, top_p=0.9, top_k=20)
     mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     import optax
