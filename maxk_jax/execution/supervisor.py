@@ -5,9 +5,11 @@ them, and each slot thread runs units on its own sandboxed worker — so a batch
 concurrently across all slots. Results come back in request order in the DESIGN.md schema. A
 worker that dies, hangs past ``wall_s + grace_s`` or breaks the protocol is killed and restarted;
 its test gets verdict SE and the submission status ``sandbox_error`` with ``reward`` None (the
-trainer masks it) — never 0. Each result also carries ``behaviour``, the fingerprint of the
-program's outputs on the tests (`maxk_jax.execution.behaviour`; None when undetermined). Custom checkers run in a separate, lazily started checker sandbox,
+trainer masks it) — never 0. Custom checkers run in a separate, lazily started checker sandbox,
 so expected outputs never enter a process that candidate code is forked from.
+
+Each result also carries ``behaviour``: the fingerprint of the program's outputs on the tests
+(`maxk_jax.execution.behaviour`, for majority voting; None when undetermined).
 """
 import dataclasses
 import logging
