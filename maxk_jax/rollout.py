@@ -82,6 +82,7 @@ class Rollout:
     sandbox_retries: int  # re-judged submissions
     sample_seconds: float
     judge_seconds: float
+    answer_ids: np.ndarray | None = None  # [P, n] int32 majority-vote ids (-1 = behaviour unknown)
 
     @property
     def valid(self) -> np.ndarray:
@@ -227,7 +228,7 @@ def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Any, problems: Se
                    statuses=[tuple(r.statuses) for r in results], lengths=lengths,
                    finished=finished, texts=texts, no_code=sum(r.n_no_code for r in results),
                    sandbox_retries=sum(r.sandbox_retries for r in results),
-                   sample_seconds=sample_s, judge_seconds=judge_s)
+                   sample_seconds=sample_s, judge_seconds=judge_s, answer_ids=ids)
 
 
 def rollout_metrics(ro: Rollout, ks: Sequence[int]) -> dict[str, float]:
@@ -254,9 +255,8 @@ def rollout_metrics(ro: Rollout, ks: Sequence[int]) -> dict[str, float]:
         "length/min": float(ro.lengths.min()),
         "length/truncated_fraction": float(np.mean(~ro.finished)),
     }
-    if ro.batch is not None:   # judged samples whose behaviour is unknown: masked out of majority_vote
-        ids = np.asarray(ro.batch.answer_ids).reshape(ro.rewards.shape)
-        out["samples/behaviour_unknown"] = float(np.sum(valid & (ids < 0)))
+    if ro.answer_ids is not None:   # judged samples whose behaviour is unknown: masked out of majority_vote
+        out["samples/behaviour_unknown"] = float(np.sum(valid & (ro.answer_ids < 0)))
     flat = [s for row in ro.statuses for s in row]
     for status in STATUSES:
         out[f"status/{status}"] = float(sum(s == status for s in flat))

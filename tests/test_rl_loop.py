@@ -239,6 +239,7 @@ def test_rollout_logprobs_match_training_forward_under_truncation(tiny_ckpt, pro
     assert ro.batch.tokens.shape[0] == 8 and sp >= 16 and sp & (sp - 1) == 0   # power-of-two bucket
     assert ro.valid.all() and ro.rewards.shape == (2, 4)
     ids = ro.batch.answer_ids.reshape(2, 4)   # from behaviour fingerprints: dense per prompt, -1 = unknown
+    np.testing.assert_array_equal(ids, ro.answer_ids)
     assert ids.min() >= -1 and ids.max() < 4
     for row_ids, row_r in zip(ids, ro.rewards):   # same behaviour => same verdicts => same reward
         assert all(row_r[j] == row_r[i] for i in range(4) for j in range(4) if row_ids[i] == row_ids[j] >= 0)
