@@ -12,9 +12,10 @@ architecture and tokenizer come from --model_dir or the checkpoint metadata's "m
 Problems come from --dataset (any `maxk_jax.data.load_dataset` name, with --path/--split/
 --options) or a Problem JSONL cache (--problems, see experiments.prepare_data).
 
-All flags are checked before anything is loaded or written. Writes to --out_dir:
-run_config.json (written first, once the model and problems are loaded), per_problem.jsonl (one line per problem,
-appended as problems finish), and at the end summary.json, table.md and curves.png (see
+All flags are checked before anything is loaded or written (a rejected run leaves no files).
+Writes to --out_dir: run_config.json (written first, once the model and problems are loaded),
+per_problem.jsonl (one line per problem, appended as problems finish), and at the end
+summary.json, table.md and curves.png (see
 `maxk_jax.eval_report`). Re-running the same command after an interruption resumes: finished
 problems are skipped (a torn last line is dropped), and the final files are identical to those
 of an uninterrupted run. A run whose settings differ from run_config.json is refused unless
