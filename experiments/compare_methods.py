@@ -39,6 +39,7 @@ from ml_collections import ConfigDict, config_flags
 
 from experiments import tiny_pipeline as tp
 from experiments.configs import base as base_config
+from maxk_jax import config_overrides
 
 TABLE2_METHODS = ("grpo", "bon_max_second", "bon_max_mean", "bon_loo1", "bon_mean", "maxk_offpolicy",
                   "maxk_offpolicy_is", "maxk_offpolicy_exact")
@@ -66,8 +67,9 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     """Define the command-line flags (called by ``__main__`` only)."""
-    config_flags.DEFINE_config_file("config", tp._CONFIG, "Shared settings of every run (the tiny pipeline config); "
-                                    "override with --config.<field>=<value>.", lock_config=False)
+    with config_overrides.explained_errors("config", tp._CONFIG):  # unknown --config.x: clear error
+        config_flags.DEFINE_config_file("config", tp._CONFIG, "Shared settings of every run (the tiny pipeline config); "
+                                        "override with --config.<field>=<value>.", lock_config=False)
     flags.DEFINE_list("methods", list(TABLE2_METHODS), "Estimators to compare (must include maxk_offpolicy, the "
                       "reference of the Wilcoxon tests).")
     flags.DEFINE_list("seeds", ["0", "1"], "RL seeds (sampling keys and data order); each method runs once per seed.")
@@ -433,4 +435,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=config_overrides.parse_flags)

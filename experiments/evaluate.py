@@ -12,8 +12,10 @@ architecture and tokenizer come from --model_dir or the checkpoint metadata's "m
 Problems come from --dataset (any `maxk_jax.data.load_dataset` name, with --path/--split/
 --options) or a Problem JSONL cache (--problems, see experiments.prepare_data).
 
-Writes to --out_dir: run_config.json (written first), per_problem.jsonl (one line per problem,
-appended as problems finish), and at the end summary.json, table.md and curves.png (see
+All flags are checked before anything is loaded or written (a rejected run leaves no files).
+Writes to --out_dir: run_config.json (written first, once the model and problems are loaded),
+per_problem.jsonl (one line per problem, appended as problems finish), and at the end
+summary.json, table.md and curves.png (see
 `maxk_jax.eval_report`). Re-running the same command after an interruption resumes: finished
 problems are skipped (a torn last line is dropped), and the final files are identical to those
 of an uninterrupted run. A run whose settings differ from run_config.json is refused unless
@@ -83,10 +85,6 @@ def _problems() -> tuple[list, dict]:
     from maxk_jax.data import load_dataset, load_problems
     from maxk_jax.data.loaders import parse_options_json
 
-    if bool(FLAGS.dataset) == bool(FLAGS.problems):
-        raise app.UsageError("give exactly one of --dataset and --problems")
-    if FLAGS.limit < 0:
-        raise app.UsageError(f"--limit must be >= 0, got {FLAGS.limit}")
     if FLAGS.problems:
         problems = load_problems(FLAGS.problems)
         spec = {"problems": os.path.abspath(FLAGS.problems)}
@@ -113,9 +111,38 @@ def _int_list(values: list[str], name: str) -> list[int]:
         raise app.UsageError(f"--{name} must be a comma-separated list of ints, got {values!r}") from e
 
 
+def _check_flags() -> None:
+    """Every check of the flags alone, before anything is loaded or written (so a rejected run
+    leaves no run_config.json behind that would refuse the corrected re-run)."""
+    from maxk_jax.data.loaders import parse_options_json
+    from maxk_jax.evaluation import check_ks
+    from maxk_jax.sampling_filters import validate_filters
+
+    if bool(FLAGS.dataset) == bool(FLAGS.problems):
+        raise app.UsageError("give exactly one of --dataset and --problems")
+    for name, minimum in (("n", 1), ("batch_size", 1), ("max_new_tokens", 1), ("limit", 0), ("sandbox_retries", 0)):
+        if getattr(FLAGS, name) < minimum:
+            raise app.UsageError(f"--{name} must be >= {minimum}, got {getattr(FLAGS, name)}")
+    if FLAGS.step is not None and FLAGS.step < 0:
+        raise app.UsageError(f"--step must be >= 0, got {FLAGS.step}")
+    checks = (("", lambda: validate_filters(FLAGS.temperature, FLAGS.top_k, FLAGS.top_p)),
+              ("--ks", lambda: check_ks(_int_list(FLAGS.ks, "ks"), FLAGS.n) if FLAGS.ks else None),
+              ("--options", lambda: parse_options_json(FLAGS.options) if FLAGS.dataset else None))
+    for flag, check in checks:
+        try:
+            check()
+        except ValueError as e:
+            raise app.UsageError(f"{flag}: {e}" if flag else f"--{e}") from e   # e names the flag
+    if any(e < 0 for e in _int_list(FLAGS.eos_id, "eos_id")):
+        raise app.UsageError(f"--eos_id must be token ids >= 0, got {FLAGS.eos_id}")
+    if FLAGS.mesh and len(_int_list(FLAGS.mesh.split(","), "mesh")) != 3:
+        raise app.UsageError(f"--mesh must be three comma-separated sizes 'data,fsdp,tensor', got {FLAGS.mesh!r}")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    _check_flags()
     import jax
     import jax.numpy as jnp
 

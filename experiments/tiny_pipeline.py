@@ -41,6 +41,7 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import ConfigDict, config_flags
 
+from maxk_jax import config_overrides
 from maxk_jax.data.problem import Problem
 
 BASE_FORMAT_VERSION = 1  # bump when the warm-up recipe changes in a way the hash cannot see
@@ -52,9 +53,10 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """Define the command-line flags (called by ``__main__`` only, so other entry points can import
     this module and define their own)."""
-    config_flags.DEFINE_config_file("config", _CONFIG, "Pipeline config (ml_collections); override fields "
-                                    "with --config.<field>=<value>, e.g. --config.rl.max_steps=40.",
-                                    lock_config=False)
+    with config_overrides.explained_errors("config", _CONFIG):  # unknown --config.x: clear error
+        config_flags.DEFINE_config_file("config", _CONFIG, "Pipeline config (ml_collections); override fields "
+                                        "with --config.<field>=<value>, e.g. --config.rl.max_steps=40.",
+                                        lock_config=False)
     flags.DEFINE_string("name", None, "Run name: the report goes to <runs_dir>/<name> (default: config.name).")
     flags.DEFINE_string("runs_dir", None, "Directory of run directories and of the base-model cache "
                         "(default: config.runs_dir).")
@@ -201,6 +203,7 @@ def validate(cfg: ConfigDict) -> None:
     from maxk_jax import rl_loop
     from maxk_jax.data.loaders import LOADERS, canonical_name
     from maxk_jax.estimators import list_estimators
+    from maxk_jax.sampling_filters import validate_filters
 
     if not cfg.name or "/" in cfg.name or cfg.name.startswith((".", "_")):
         raise ValueError(f"name={cfg.name!r} must be a plain directory name (no '/', not starting with . or _)")
@@ -233,6 +236,10 @@ def validate(cfg: ConfigDict) -> None:
             raise ValueError(f"eval.{field}={v!r} must be an int >= 1")
     if not cfg.eval.temperature > 0:
         raise ValueError(f"eval.temperature={cfg.eval.temperature!r} must be > 0 (sampled pass@k / max@k)")
+    try:  # here, not at the first evaluation after the run directory was created
+        validate_filters(cfg.eval.temperature, cfg.eval.top_k, cfg.eval.top_p)
+    except ValueError as e:
+        raise ValueError(f"eval.{e}") from e
     probe = ConfigDict(cfg.rl.to_dict())
     probe.output_dir = probe.output_dir or "<run>/rl"
     probe.model.path = probe.model.path or cfg.model.path or "<base>"
@@ -539,4 +546,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=config_overrides.parse_flags)

@@ -22,12 +22,16 @@ import json
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from maxk_jax import config_overrides
+
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file(
-    "config", "experiments/configs/base.py",
-    "Path to an ml_collections config file, optionally with a method: "
-    "experiments/configs/base.py:<method> (grpo, bon_mean, maxk_offpolicy, ...); override fields with "
-    "--config.<field>=<value>, e.g. --config.algo.k=2.", lock_config=True)
+_DEFAULT_CONFIG = "experiments/configs/base.py"
+with config_overrides.explained_errors("config", _DEFAULT_CONFIG):  # unknown --config.x: clear error
+    config_flags.DEFINE_config_file(
+        "config", _DEFAULT_CONFIG,
+        "Path to an ml_collections config file, optionally with a method: "
+        "experiments/configs/base.py:<method> (grpo, bon_mean, maxk_offpolicy, ...); override fields "
+        "with --config.<field>=<value>, e.g. --config.algo.k=2.", lock_config=True)
 flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in "
                   "<output_dir>/checkpoints (same data order and PRNG state); without it an "
                   "output_dir that already holds checkpoints is refused.")
@@ -53,4 +57,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=config_overrides.parse_flags)

@@ -9,7 +9,8 @@ every PPO iteration) -- ignored by estimators that do not need it, ValueError wh
 log-ratio estimator gets None; mask [..., n] bool (False = sample excluded, e.g. sandbox_error:
 it behaves as absent and gets 0; rows with fewer than k valid samples get all zeros -- count
 them with `rows_below_k`); answer_ids [..., n] int, used only by `majority_vote` (the trainer
-passes e.g. a hash of each completion's normalised final answer / program output).
+passes ids of each program's judged behaviour, `maxk_jax.rollout.answer_ids`; -1 = undetermined,
+masked out of the vote).
 
 What each name computes (coefficient c_i of grad log pi(y_i), or the advantage A_i for PPO):
 

@@ -152,7 +152,7 @@ def _enumerate_rows(r: Array, mask: Array, ans: Array, k: int, kind: str, beta: 
     adv = adv - jnp.where(biased, jnp.mean(adv, axis=-1, keepdims=True), 0)
     ok = jnp.all(mask[:, idx], axis=-1)                                      # [B, S]
     adv = jnp.where(ok[..., None], adv, 0)
-    tot = jnp.zeros((b, n), r.dtype).at[:, idx.reshape(-1)].add(adv.reshape(b, -1))
+    tot = jnp.zeros((b, n), r.dtype).at[:, idx.reshape(-1)].add(adv.reshape(b, idx.size))  # b may be 0
     cnt = jnp.sum(ok, axis=-1, keepdims=True).astype(r.dtype)              # = C(n_valid, k)
     out = tot / jnp.maximum(cnt, 1)
     s = sort_rows(r, mask, ans)                                              # tie canonicalisation
@@ -181,9 +181,10 @@ def majority_vote_advantage(rewards, answer_ids, k: int, *, biased: bool = False
                             max_subsets: int = 20000) -> Array:
     """LOO advantage for Tang et al.'s majority-voting objective E[r(maj(a_1..a_k))] (§3.1).
 
-    answer_ids: [..., n] int, equal ids = same final answer (e.g. the trainer hashes each
-    program's normalised output / extracted answer); rewards: [..., n], must be a function of
-    the answer (checked when concrete).  Ties in the vote are broken uniformly at random, so
+    answer_ids: [..., n] int, equal ids = same final answer (the trainer uses the judge's
+    fingerprint of each program's behaviour on the test inputs, see `maxk_jax.rollout.answer_ids`);
+    a NEGATIVE id means the answer is undetermined: that sample is masked (as with mask=False),
+    never guessed.  rewards: [..., n], must be a function of the answer (checked when concrete).  Ties in the vote are broken uniformly at random, so
     f(I) = mean reward over the answers with the top count.  A_i = f(I) - f(I\\i) (eq. 2;
     biased=True: eq. 3 / App. B.1), averaged exactly over all k-subsets; k: 2 <= k <= n.
     """
@@ -193,6 +194,7 @@ def majority_vote_advantage(rewards, answer_ids, k: int, *, biased: bool = False
         raise ValueError(f"answer_ids must be integers, got dtype {a.dtype}")
     _check_subsets(r.shape[-1], k, max_subsets, "majority_vote")
     arows = a.reshape(rows.shape).astype(jnp.int32)
+    m = m & (arows >= 0)                                    # undetermined answers are masked
     if is_concrete(arows) and is_concrete(rows) and is_concrete(m):
         rn, an, mn = np.asarray(rows), np.asarray(arows), np.asarray(m)
         for row in range(rn.shape[0]):

@@ -35,7 +35,9 @@ class ProblemResult:
     judged samples, None for excluded ones (status ``sandbox_error`` after retries, or
     ``invalid``); verdict_counts: per-test verdicts summed over all samples; lengths: generated
     token counts (None when unknown); n_no_code: samples in which no Python code was found;
-    sandbox_retries: re-judging rounds used; completions: the texts, kept only on request.
+    sandbox_retries: re-judging rounds used; completions: the texts, kept only on request;
+    behaviours: each sample's behaviour fingerprint (`maxk_jax.execution.behaviour`; None =
+    undetermined), kept only on request (the trainer's majority vote uses them).
     """
 
     index: int
@@ -49,6 +51,7 @@ class ProblemResult:
     n_no_code: int = 0
     sandbox_retries: int = 0
     completions: Optional[tuple[str, ...]] = None
+    behaviours: Optional[tuple[Optional[str], ...]] = None
 
     def __post_init__(self) -> None:
         m = len(self.rewards)
@@ -56,7 +59,7 @@ class ProblemResult:
             if len(getattr(self, name)) != m:
                 raise ValueError(f"problem result {self.problem_id!r}: {name} has {len(getattr(self, name))} "
                                  f"entries, rewards has {m}")
-        for name in ("lengths", "completions"):
+        for name in ("lengths", "completions", "behaviours"):
             value = getattr(self, name)
             if value is not None and len(value) != m:
                 raise ValueError(f"problem result {self.problem_id!r}: {name} has {len(value)} entries, "
@@ -106,6 +109,8 @@ class ProblemResult:
                "n_no_code": self.n_no_code, "sandbox_retries": self.sandbox_retries}
         if self.completions is not None:
             out["completions"] = list(self.completions)
+        if self.behaviours is not None:
+            out["behaviours"] = list(self.behaviours)
         return out
 
     @classmethod
@@ -118,6 +123,7 @@ class ProblemResult:
                 raise ValueError(f"problem result is missing field {key!r}")
         try:
             lengths, completions = obj.get("completion_lengths"), obj.get("completions")
+            behaviours = obj.get("behaviours")
             return cls(index=int(obj["index"]), problem_id=str(obj["id"]),
                        rewards=tuple(None if r is None else float(r) for r in obj["rewards"]),
                        passed=tuple(int(x) for x in obj["passed"]), total=tuple(int(x) for x in obj["total"]),
@@ -125,7 +131,8 @@ class ProblemResult:
                        verdict_counts={str(k): int(v) for k, v in obj["verdict_counts"].items()},
                        lengths=None if lengths is None else tuple(int(x) for x in lengths),
                        n_no_code=int(obj.get("n_no_code", 0)), sandbox_retries=int(obj.get("sandbox_retries", 0)),
-                       completions=None if completions is None else tuple(completions))
+                       completions=None if completions is None else tuple(completions),
+                       behaviours=None if behaviours is None else tuple(behaviours))
         except (TypeError, AttributeError) as e:
             raise ValueError(f"malformed problem result {obj.get('id')!r}: {e}") from e
 

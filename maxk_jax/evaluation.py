@@ -207,6 +207,9 @@ class ModelCompletionSource:
                  generate_kwargs: Optional[Mapping[str, Any]] = None, generate_fn: Optional[Callable] = None):
         self.config, self.params, self.tokenizer = config, params, tokenizer
         self.max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
+        from maxk_jax.sampling_filters import validate_filters
+
+        validate_filters(temperature, top_k, top_p)   # fail at construction, not at the first sample
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.eos_id = default_eos_ids(config, tokenizer) if eos_id is None else eos_id
         self.render_kwargs = dict(render_kwargs or {})
@@ -254,7 +257,8 @@ def _judge_checked(executor: Any, submissions: list[dict[str, Any]]) -> list[dic
 
 
 def _problem_result(index: int, problem: Problem, comps: Completions, codes: list[str],
-                    results: list[dict[str, Any]], retried: int, keep_completions: bool) -> ProblemResult:
+                    results: list[dict[str, Any]], retried: int, keep_completions: bool,
+                    keep_behaviours: bool = False) -> ProblemResult:
     rewards, passed, total, statuses = [], [], [], []
     verdicts: collections.Counter = collections.Counter()
     for res in results:
@@ -273,14 +277,22 @@ def _problem_result(index: int, problem: Problem, comps: Completions, codes: lis
     return ProblemResult(index=index, problem_id=problem.id, rewards=tuple(rewards), passed=tuple(passed),
                          total=tuple(total), statuses=tuple(statuses), verdict_counts=dict(verdicts),
                          lengths=comps.lengths, n_no_code=sum(not c.strip() for c in codes),
-                         sandbox_retries=retried, completions=comps.texts if keep_completions else None)
+                         sandbox_retries=retried, completions=comps.texts if keep_completions else None,
+                         behaviours=tuple(_behaviour(res) for res in results) if keep_behaviours else None)
+
+
+def _behaviour(res: Mapping[str, Any]) -> Optional[str]:
+    """The result's behaviour fingerprint; None when missing (older service), undetermined or not ok."""
+    value = res.get("behaviour")
+    return value if isinstance(value, str) and value and res.get("status") == "ok" else None
 
 
 def judge_completions(executor: Any, problems: Sequence[Problem], indices: Sequence[int],
                       completions: Sequence[Completions], *, sandbox_retries: int = 2,
-                      keep_completions: bool = False) -> list[ProblemResult]:
+                      keep_completions: bool = False, keep_behaviours: bool = False) -> list[ProblemResult]:
     """Extract code from every completion, judge them all in one ``executor.judge`` call, and
     re-judge samples with status ``sandbox_error`` up to `sandbox_retries` more times.
+    `keep_behaviours` stores each sample's behaviour fingerprint (``ProblemResult.behaviours``).
 
     problems, indices, completions: aligned, one entry per problem. Returns one `ProblemResult`
     per problem; samples still failing (or ``invalid``) have reward None (excluded, not 0).
@@ -308,7 +320,7 @@ def judge_completions(executor: Any, problems: Sequence[Problem], indices: Seque
     for slot, (problem, index, comps) in enumerate(zip(problems, indices, completions)):
         m = len(comps.texts)
         out.append(_problem_result(index, problem, comps, codes[slot], results[start:start + m], retried[slot],
-                                   keep_completions))
+                                   keep_completions, keep_behaviours))
         start += m
     return out
 

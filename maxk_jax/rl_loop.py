@@ -52,6 +52,7 @@ from maxk_jax import training
 from maxk_jax.data import load_dataset, load_problems, make_token_counter
 from maxk_jax.data.problem import Problem
 from maxk_jax.metrics_log import MetricsLogger
+from maxk_jax.sampling_filters import validate_filters
 
 EvalFn = Callable[[Any, int], dict[str, float]]
 
@@ -114,6 +115,12 @@ def validate_config(cfg: ConfigDict, num_devices: int | None = None) -> training
         if not (cfg.eval.dataset or cfg.eval.problems):
             raise ValueError("eval.interval > 0 needs eval.dataset or eval.problems")
         _positive(cfg.eval.n, "eval.n")
+        _positive(cfg.eval.batch_size, "eval.batch_size")
+        _positive(cfg.eval.max_new_tokens, "eval.max_new_tokens", 0)
+        try:  # checked here, not at the first evaluation after checkpoints were written
+            validate_filters(cfg.eval.temperature, cfg.eval.top_k, cfg.eval.top_p)
+        except ValueError as err:
+            raise ValueError(f"eval.{err}") from err
         for k in _eval_ks(cfg):
             if not 1 <= k <= cfg.eval.n:
                 raise ValueError(f"eval.ks has k={k} outside [1, eval.n={cfg.eval.n}]")

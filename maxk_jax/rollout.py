@@ -16,15 +16,18 @@ are broken) gets ``valid = False``: it is masked out of the estimator and the lo
 Batch layout (see ``maxk_jax.training``): prompts are left-padded to a power-of-two bucket
 Sp >= ``min_prompt_bucket`` (so a new prompt length rarely recompiles the train step) followed
 by the T = max_new_tokens completion slots; ``old_logp`` are the sampler's log-probs (under the
-tempered, truncated distribution actually sampled from).  ``answer_ids`` (majority_vote) is a
-CRC32 of the extracted code with blank lines and trailing spaces removed — a deterministic
-stand-in for "the same final answer" in code generation.
+tempered, truncated distribution actually sampled from).  ``answer_ids`` (majority_vote) come
+from program BEHAVIOUR, not source text: the judge fingerprints each program's outputs on the
+problem's test inputs (`maxk_jax.execution.behaviour`; assert-mode problems expose only the
+per-test verdicts), and samples of a prompt with equal fingerprints share an id (0, 1, ... in
+order of first appearance).  A sample whose behaviour could not be determined (TLE / MLE / OLE /
+SE on some test, a null reward, or a judge that reports no fingerprint) gets id -1, which
+majority_vote masks out of the vote instead of guessing its answer.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,7 +35,6 @@ import jax
 import numpy as np
 
 from maxk_jax import sampling, training
-from maxk_jax.data.extract import extract_code
 from maxk_jax.data.problem import Problem
 from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, render_prompt
 from maxk_jax.eval_result import ProblemResult, problem_metrics
@@ -80,6 +82,7 @@ class Rollout:
     sandbox_retries: int  # re-judged submissions
     sample_seconds: float
     judge_seconds: float
+    answer_ids: np.ndarray | None = None  # [P, n] int32 majority-vote ids (-1 = behaviour unknown)
 
     @property
     def valid(self) -> np.ndarray:
@@ -136,10 +139,24 @@ class PromptCompletionSource:
                 for i, t in enumerate(decode(self.tokenizer, tokens, lengths))]
 
 
-def answer_id(code: str) -> int:
-    """Deterministic int31 id of a program (CRC32 of its non-blank, right-stripped lines)."""
-    norm = "\n".join(line.rstrip() for line in code.splitlines() if line.strip())
-    return zlib.crc32(norm.encode("utf-8")) & 0x7FFFFFFF
+def answer_ids(behaviours: Sequence[Sequence[str | None] | None], n: int) -> np.ndarray:
+    """Majority-vote answer ids [P, n] int32 from behaviour fingerprints [P][n] (None = undetermined).
+
+    Within each prompt equal fingerprints get equal ids 0, 1, ... (first appearance order);
+    undetermined samples, and every sample of a prompt without fingerprints (None row), get -1,
+    which `majority_vote` masks.
+    """
+    out = np.full((len(behaviours), n), -1, np.int32)
+    for i, row in enumerate(behaviours):
+        if row is None:
+            continue
+        if len(row) != n:
+            raise ValueError(f"behaviours[{i}] has {len(row)} entries, expected n={n}")
+        ids: dict[str, int] = {}
+        for j, fp in enumerate(row):
+            if fp is not None:
+                out[i, j] = ids.setdefault(fp, len(ids))
+    return out
 
 
 def build_batch(prompts: Sequence[Sequence[int]], tokens: np.ndarray, logprobs: np.ndarray,
@@ -201,23 +218,23 @@ def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Any, problems: Se
     start = time.perf_counter()
     comps = [Completions(t, tuple(int(x) for x in lengths[i]), inside[i]) for i, t in enumerate(texts)]
     results = judge_completions(executor, problems, list(range(len(problems))), comps,
-                                sandbox_retries=settings.sandbox_retries)
+                                sandbox_retries=settings.sandbox_retries, keep_behaviours=True)
     judge_s = time.perf_counter() - start
     rewards, passed, total = _rewards(results)
-    ids = np.array([[answer_id(extract_code(t, inside_block=inside[i])) for t in row]
-                    for i, row in enumerate(texts)], np.int64)
+    ids = answer_ids([r.behaviours for r in results], settings.n)
     batch = build_batch(prompts, tokens, logprobs, mask, rewards, ids, pad_id=settings.pad_id,
                         min_prompt_bucket=settings.min_prompt_bucket)
     return Rollout(batch=batch, rewards=rewards, passed=passed, total=total,
                    statuses=[tuple(r.statuses) for r in results], lengths=lengths,
                    finished=finished, texts=texts, no_code=sum(r.n_no_code for r in results),
                    sandbox_retries=sum(r.sandbox_retries for r in results),
-                   sample_seconds=sample_s, judge_seconds=judge_s)
+                   sample_seconds=sample_s, judge_seconds=judge_s, answer_ids=ids)
 
 
 def rollout_metrics(ro: Rollout, ks: Sequence[int]) -> dict[str, float]:
     """Scalar metrics of a rollout: rewards, train pass@k / max@k (unbiased, over prompts with
-    >= k valid samples), completion lengths, statuses and masked samples."""
+    >= k valid samples), completion lengths, statuses, masked samples and valid samples whose
+    behaviour is unknown (``samples/behaviour_unknown``: masked out of majority_vote)."""
     valid = ro.valid
     r = ro.rewards[valid]
     nan = float("nan")
@@ -238,6 +255,8 @@ def rollout_metrics(ro: Rollout, ks: Sequence[int]) -> dict[str, float]:
         "length/min": float(ro.lengths.min()),
         "length/truncated_fraction": float(np.mean(~ro.finished)),
     }
+    if ro.answer_ids is not None:   # judged samples whose behaviour is unknown: masked out of majority_vote
+        out["samples/behaviour_unknown"] = float(np.sum(valid & (ro.answer_ids < 0)))
     flat = [s for row in ro.statuses for s in row]
     for status in STATUSES:
         out[f"status/{status}"] = float(sum(s == status for s in flat))

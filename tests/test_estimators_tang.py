@@ -97,6 +97,32 @@ def test_all_equal_rewards_give_exact_zeros():
         np.testing.assert_array_equal(out, 0.0)
 
 
+@pytest.mark.parametrize("lead", [(0,), (0, 3), (2, 0)])
+def test_empty_batch_gives_empty_result(lead):
+    """A batch with no rows returns an empty [..., n] array, like every other estimator (no
+    ZeroDivisionError from reshaping an empty subset table)."""
+    r = np.zeros((*lead, 4), np.float32)
+    ans = np.zeros((*lead, 4), np.int32)
+    for out in (E.tang_softmax_advantage(r, 2, beta=1.0), E.tang_softmax_advantage(r, 2, beta=1.0, biased=True),
+                E.majority_vote_advantage(r, ans, 2), E.majority_vote_advantage(r, ans, 3, biased=True),
+                E.tang_loo_biased_advantage(r, 2), E.tang_leave_p_out_advantage(r, 3, 1)):
+        assert out.shape == r.shape
+
+
+def test_majority_vote_masks_negative_answer_ids():
+    """answer id < 0 = behaviour undetermined: the sample is masked exactly as with mask=False."""
+    rng = np.random.default_rng(3)
+    ans = rng.integers(0, 3, size=(BATCH, WIDTH))
+    r = (ans == 0).astype(np.float64)
+    undetermined = rng.random((BATCH, WIDTH)) < 0.3
+    ids = np.where(undetermined, -1, ans)
+    for biased in (False, True):
+        got = np.asarray(E.majority_vote_advantage(r, ids, 3, biased=biased))
+        want = np.asarray(E.majority_vote_advantage(r, ans, 3, biased=biased, mask=~undetermined))
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert np.all(got[undetermined] == 0.0)
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: E.tang_leave_p_out_advantage(np.ones(5), 3, 3), "p=3 exceeds"),
     (lambda: E.tang_leave_p_out_advantage(np.ones(5), 3, 0), "p must be >= 1"),

@@ -31,6 +31,10 @@ def test_json_round_trip_and_fixed_key_order():
     assert ProblemResult.from_json(obj) == r
     del obj["completions"]
     assert ProblemResult.from_json(obj).completions is None
+    assert "behaviours" not in obj                       # kept only on request (the trainer's vote)
+    with_fp = ProblemResult(**{**r.__dict__, "behaviours": ("0f1e", None, "0f1e")})
+    assert with_fp.to_json()["behaviours"] == ["0f1e", None, "0f1e"]
+    assert ProblemResult.from_json(with_fp.to_json()) == with_fp
 
 
 @pytest.mark.parametrize("change,match", [
@@ -39,6 +43,7 @@ def test_json_round_trip_and_fixed_key_order():
     (dict(rewards=(0.75, None)), "not passed/total = 2/4"),
     (dict(passed=(2,)), "passed has 1 entries"),
     (dict(lengths=(1, 2, 3)), "lengths has 3 entries"),
+    (dict(behaviours=("a",)), "behaviours has 1 entries"),
 ])
 def test_inconsistent_results_are_rejected(change, match):
     base = dict(index=0, problem_id="p", rewards=(0.5, None), passed=(2, 0), total=(4, 4),

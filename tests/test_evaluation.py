@@ -324,3 +324,13 @@ def test_run_evaluation_rejects_bad_input(executor):
         run_evaluation([p], src, executor=executor, n=2, ks=[3], key=jax.random.key(0))
     with pytest.raises(ValueError, match="n must be a positive int"):
         run_evaluation([p], src, executor=executor, n=0, key=jax.random.key(0))
+
+
+@pytest.mark.parametrize("settings, match", [(dict(temperature=-1.0), "temperature must be a finite float >= 0"),
+                                             (dict(top_p=2.0), "top_p must lie in"),
+                                             (dict(top_k=-1), "top_k must be an int >= 0")])
+def test_model_completion_source_rejects_bad_sampling_settings_at_construction(settings, match):
+    from maxk_jax.evaluation import ModelCompletionSource
+
+    with pytest.raises(ValueError, match=match):
+        ModelCompletionSource(None, None, None, max_new_tokens=4, eos_id=0, **settings)

@@ -57,7 +57,8 @@ METHODS: dict[str, tuple[str, str, dict]] = {
     "tang_leave_p_out": ("tang_leave_p_out", "clipped", {}),
     # Tang et al. App. B softmax objective (beta = 1).
     "tang_softmax": ("tang_softmax", "clipped", {}),
-    # Tang et al. §3.1 majority voting over program behaviour.
+    # Tang et al. §3.1 majority voting; the answer is the program's judged behaviour on the test
+    # inputs (maxk_jax/execution/behaviour.py); undetermined behaviour is masked.
     "majority_vote": ("majority_vote", "clipped", {}),
 }
 

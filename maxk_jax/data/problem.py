@@ -33,6 +33,7 @@ import gzip
 import json
 import math
 import os
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Union
 
@@ -422,21 +423,28 @@ def save_problems(problems: Iterable[Problem], path: str | os.PathLike) -> int:
 
 
 def load_problems(path: str | os.PathLike) -> list[Problem]:
-    """Read a JSONL cache written by `save_problems`; ValueError names the first bad line."""
+    """Read a JSONL cache written by `save_problems`; ValueError names the file and the first bad
+    line, or the file when it cannot be read (corrupt or truncated gzip, not UTF-8)."""
     out: list[Problem] = []
     ids: set[str] = set()
+    lineno = 0
     with _open_text(path, "r") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                p = Problem.from_dict(json.loads(line))
-            except (json.JSONDecodeError, ValueError) as e:
-                raise ValueError(f"{os.fspath(path)}:{lineno}: malformed problem: {e}") from e
-            if p.id in ids:
-                raise ValueError(f"{os.fspath(path)}:{lineno}: duplicate problem id {p.id!r}")
-            ids.add(p.id)
-            out.append(p)
+        try:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    p = Problem.from_dict(json.loads(line))
+                except (json.JSONDecodeError, ValueError) as e:
+                    raise ValueError(f"{os.fspath(path)}:{lineno}: malformed problem: {e}") from e
+                if p.id in ids:
+                    raise ValueError(f"{os.fspath(path)}:{lineno}: duplicate problem id {p.id!r}")
+                ids.add(p.id)
+                out.append(p)
+        except (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as e:
+            kind = "gzip file (corrupt or truncated?)" if os.fspath(path).endswith(".gz") else "UTF-8 text file"
+            raise ValueError(f"{os.fspath(path)}: not a readable {kind} after line {lineno}: "
+                             f"{type(e).__name__}: {e}") from e
     return out
 
 

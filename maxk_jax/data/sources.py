@@ -8,12 +8,18 @@ Local paths may be:
     name starts with the split name (``train``, ``train-0001...``, ``test2.jsonl``) are read.
 
 Anything else is a hub name, read with ``datasets.load_dataset(name, config, split=split)``
-(needs network or a populated HF cache).
+(needs network or a populated HF cache) -- unless it can only be a local path (absolute, starts
+with ``.``/``~``, ends in a data-file suffix or ``/``, or its first directory exists here): then
+FileNotFoundError says the path does not exist. A data file that cannot be read raises
+ValueError naming it (a corrupt or truncated ``.gz``; invalid JSON with the file and line).
 """
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,7 +71,71 @@ def _load_files(files: Sequence[Path], columns: Sequence[str] | None) -> dataset
     kwargs: dict[str, Any] = {}
     if columns is not None and builder == "parquet":
         kwargs["columns"] = list(columns)
-    return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", **kwargs)
+    try:
+        return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", **kwargs)
+    except Exception as e:  # datasets/pyarrow/pandas messages name neither the file nor the line
+        if builder == "json":
+            for f in files:
+                check_json_file(f)
+        raise ValueError(f"could not read {builder} data file(s) {[str(f) for f in files][:10]}: "
+                         f"{type(e).__name__}: {e}") from e
+
+
+def _open_json_text(path: str):
+    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
+
+
+def check_json_file(path: str | os.PathLike) -> None:
+    """Raise ValueError naming `path` (and the line) when it is not readable JSON / JSON lines.
+
+    ``.gz`` files are decompressed (a corrupt or truncated gzip stream is reported as such). A file
+    whose first non-blank line is a complete JSON value is JSON lines (streamed, each line
+    checked); any other file must be one JSON document.
+    """
+    path = os.fspath(path)
+    lineno = 0
+    try:
+        with _open_json_text(path) as f:
+            first = ""
+            for lineno, first in enumerate(f, 1):
+                if first.strip():
+                    break
+            if not first.strip():
+                return
+            try:
+                json.loads(first)
+            except json.JSONDecodeError:
+                document = first + f.read()   # not JSON lines: one document
+                start = lineno - 1
+            else:
+                for lineno, line in enumerate(f, lineno + 1):
+                    if line.strip():
+                        try:
+                            json.loads(line.rstrip("\r\n"))
+                        except json.JSONDecodeError as e:
+                            raise ValueError(f"{path}:{lineno}: invalid JSON (JSON lines file): {e.msg} at "
+                                             f"column {e.colno}") from e
+                return
+    except (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as e:
+        kind = "gzip file (corrupt or truncated?)" if path.endswith(".gz") else "UTF-8 text file"
+        where = f" (after line {lineno})" if lineno else ""
+        raise ValueError(f"{path}: not a readable {kind}{where}: {type(e).__name__}: {e}") from e
+    try:
+        json.loads(document)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{start + e.lineno}: invalid JSON: {e.msg} at column {e.colno}") from e
+
+
+def looks_local(source: str) -> bool:
+    """True when `source` can only be meant as a local path, never a hub name ``owner/name``:
+    absolute, starting with ``.`` or ``~``, ending in ``/`` or a data-file suffix, or whose first
+    path component is an existing directory."""
+    if os.path.isabs(source) or source.startswith((".", "~")) or source.endswith(("/", os.sep)):
+        return True
+    if _suffix(Path(source)) is not None:
+        return True
+    head = source.replace(os.sep, "/").split("/", 1)
+    return len(head) == 2 and os.path.isdir(head[0])
 
 
 def read_rows(source: str | os.PathLike, *, split: str, config: str | None = None,
@@ -81,16 +151,21 @@ def read_rows(source: str | os.PathLike, *, split: str, config: str | None = Non
       select_files: for a directory of data files, narrows the split's file list (used to pick
         LiveCodeBench release files).
     Raises:
-      ValueError: a local directory with no readable files for `split`, mixed formats, or a
-        saved DatasetDict without `split`.
+      FileNotFoundError: `source` is a local path (see `looks_local`) that does not exist.
+      ValueError: a local directory with no readable files for `split`, mixed formats, a
+        saved DatasetDict without `split`, or a data file that cannot be read (names the file,
+        and the line for invalid JSON).
     """
-    source = os.fspath(source)
+    source = os.path.expanduser(os.fspath(source))
     if not is_local(source):
+        if looks_local(source):
+            raise FileNotFoundError(f"dataset path {source!r} does not exist (no such file or directory)")
         try:
             return datasets.load_dataset(source, config, split=split)
         except Exception as e:  # network/cache failures: re-raise with the offline hint
-            raise RuntimeError(f"could not load hub dataset {source!r} (config={config!r}, split={split!r}): "
-                               f"{e}. Offline? Pass a local path (parquet/jsonl file or directory).") from e
+            raise RuntimeError(f"{source!r} is not a local file or directory, and loading it as a hub dataset "
+                               f"(config={config!r}, split={split!r}) failed: {e}. Offline? Pass a local path "
+                               "(parquet/jsonl file or directory).") from e
     path = Path(source)
     if path.is_file():
         if _suffix(path) is None:

@@ -50,7 +50,7 @@ def sandbox_error_result(sub: schema.Submission, message: str) -> dict:
     tests = [{"verdict": "SE", "cpu_s": None, "wall_s": None, "memory_mb": None, "exit_code": None,
               "signal": None, "message": message} for _ in sub.tests]
     return {"id": sub.id, "status": "sandbox_error", "reward": None, "passed": 0, "total": len(sub.tests),
-            "tests": tests}
+            "tests": tests, "behaviour": None}
 
 
 class EmbeddedExecutor(Executor):

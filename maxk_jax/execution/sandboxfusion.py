@@ -15,7 +15,7 @@ import time
 
 import httpx
 
-from maxk_jax.execution import judge, schema
+from maxk_jax.execution import behaviour, judge, schema
 from maxk_jax.execution.client import Executor
 
 _DRIVER = """
@@ -89,7 +89,9 @@ class SandboxFusionExecutor(Executor):
                 return dict(result, verdict="CE", message=last[:300])
             failed_assert = sub.mode == "assert" and last.startswith("AssertionError")
             verdict = "MLE" if last.startswith("MemoryError") else "WA" if failed_assert else "RE"
-            return dict(result, verdict=verdict, message=last[:300] or f"exit status {run.get('return_code')}")
+            return dict(result, verdict=verdict, message=last[:300] or f"exit status {run.get('return_code')}",
+                        **{behaviour.FIELD: behaviour.run_token(sub.mode, verdict)})
+        record = None   # function mode: the reported return value, for the behaviour fingerprint
         if sub.mode == "stdio":
             ok, message = judge.compare_output(test.expected, stdout.encode("utf-8", "surrogateescape"),
                                                sub.compare_mode, sub.float_tol)
@@ -98,11 +100,15 @@ class SandboxFusionExecutor(Executor):
         else:
             _, found, tail = stdout.rpartition(marker)
             try:
-                ok, message = judge.compare_values(test.expected_value, judge.parse_value(tail.strip()), sub.float_tol) \
+                record = {"k": "value", "v": judge.parse_value(tail.strip())} if found else None
+                ok, message = judge.compare_values(test.expected_value, record["v"], sub.float_tol) \
                     if found else (False, "no return value reported")
-            except ValueError:
+            except (ValueError, RecursionError):
                 ok, message = False, "unreadable return value"
-        return dict(result, verdict="AC" if ok else "WA", message="" if ok else message)
+        verdict = "AC" if ok else "WA"
+        token = behaviour.run_token(sub.mode, verdict, stdout=stdout.encode("utf-8", "surrogateescape"),
+                                    record=record, compare_mode=sub.compare_mode)
+        return dict(result, verdict=verdict, message="" if ok else message, **{behaviour.FIELD: token})
 
     def judge(self, submissions: list) -> list:
         """Validate, run every test through /run_code, and summarise like the embedded backend."""
@@ -117,8 +123,10 @@ class SandboxFusionExecutor(Executor):
             tests = [f.result() for f in tests]
             passed = sum(t["verdict"] == "AC" for t in tests)
             status = "sandbox_error" if any(t["verdict"] == "SE" for t in tests) else "ok"
+            fingerprint = behaviour.summarise(tests)
             results.append({"id": sub.id, "status": status, "reward": passed / len(tests) if status == "ok" else None,
-                            "passed": passed, "total": len(tests), "tests": tests})
+                            "passed": passed, "total": len(tests), "tests": tests,
+                            "behaviour": fingerprint if status == "ok" else None})
         return results
 
     def close(self) -> None:

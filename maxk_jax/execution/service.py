@@ -71,7 +71,9 @@ RESPONSE_SCHEMA = {
         "type": "object", "required": ["id", "status", "reward", "passed", "total", "tests"],
         "properties": {"id": {"type": "string"}, "status": {"enum": ["ok", "sandbox_error", "invalid"]},
                        "reward": {"type": ["number", "null"]}, "passed": {"type": "integer"},
-                       "total": {"type": "integer"}, "tests": {"type": "array", "items": _TEST_RESULT}}}}},
+                       "total": {"type": "integer"}, "tests": {"type": "array", "items": _TEST_RESULT},
+                       # optional, additive: maxk_jax.execution.behaviour fingerprint (null = undetermined)
+                       "behaviour": {"type": ["string", "null"]}}}}},
 }
 _ERROR = {"type": "object", "properties": {"error": {"type": "string"}, "field": {"type": "string"}}}
 

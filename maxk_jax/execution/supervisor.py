@@ -7,6 +7,9 @@ worker that dies, hangs past ``wall_s + grace_s`` or breaks the protocol is kill
 its test gets verdict SE and the submission status ``sandbox_error`` with ``reward`` None (the
 trainer masks it) — never 0. Custom checkers run in a separate, lazily started checker sandbox,
 so expected outputs never enter a process that candidate code is forked from.
+
+Each result also carries ``behaviour``: the fingerprint of the program's outputs on the tests
+(`maxk_jax.execution.behaviour`, for majority voting; None when undetermined).
 """
 import dataclasses
 import logging
@@ -16,7 +19,7 @@ import threading
 import time
 import weakref
 
-from maxk_jax.execution import judge
+from maxk_jax.execution import behaviour, judge
 from maxk_jax.execution.sandbox import (UNAVAILABLE_HINT, Reaper, Sandbox, SandboxConfig, SandboxFailure,
                                         SandboxUnavailableError, UidBlock, become_subreaper, bwrap_usable,
                                         processes_of, stage_sources)
@@ -211,6 +214,8 @@ class Supervisor:
                 ok, message = False, "return value nested too deeply to compare"
             verdict = "AC" if ok else "WA"
         result.update(verdict=verdict, message=message)
+        result[behaviour.FIELD] = behaviour.run_token(sub.mode, verdict, stdout=out.get("stdout"), record=record,
+                                                      compare_mode=sub.compare_mode)
         if verdict != "AC" and out.get("stderr"):
             result["stderr"] = out["stderr"][:STDERR_IN_RESULT].decode("utf-8", "replace")
         return result
@@ -246,8 +251,9 @@ class Supervisor:
         passed = sum(t["verdict"] == "AC" for t in tests)
         status = "invalid" if invalid else "sandbox_error" if any(t["verdict"] == "SE" for t in tests) else "ok"
         reward = passed / len(tests) if status == "ok" else None
+        fingerprint = behaviour.summarise(tests)
         return {"id": sub.id, "status": status, "reward": reward, "passed": passed, "total": len(tests),
-                "tests": tests}
+                "tests": tests, "behaviour": fingerprint if status == "ok" else None}
 
     def judge(self, submissions: list) -> list:
         """Judge validated :class:`Submission` objects; one result dict per submission, in order."""

@@ -141,6 +141,20 @@ def test_load_problems_names_bad_line_and_duplicates(tmp_path):
         problems_by_id([_stdio_problem(), _stdio_problem()])
 
 
+def test_load_problems_corrupt_or_truncated_gzip_names_the_file(tmp_path):
+    path = tmp_path / "cache.jsonl.gz"
+    save_problems([Problem(id=f"t/{i}", source="t", prompt="p" * 200, tests=AssertTests("assert True"))
+                   for i in range(50)], path)
+    data = path.read_bytes()
+    (tmp_path / "trunc.jsonl.gz").write_bytes(data[:len(data) // 2])
+    (tmp_path / "notgz.jsonl.gz").write_bytes(b"plain text\n")
+    (tmp_path / "latin1.jsonl").write_bytes(b"\xff\xfe{}\n")
+    for name, why in (("trunc.jsonl.gz", "EOFError"), ("notgz.jsonl.gz", "BadGzipFile"),
+                      ("latin1.jsonl", "UnicodeDecodeError")):
+        with pytest.raises(ValueError, match=f"{tmp_path / name}: not a readable .*{why}"):
+            load_problems(tmp_path / name)
+
+
 def test_from_dict_rejects_wrong_version_and_modes():
     d = _stdio_problem().to_dict()
     with pytest.raises(ValueError, match="schema_version must be 1, got 7"):

@@ -47,3 +47,40 @@ def test_bad_local_inputs(tmp_path, write_rows):
     with pytest.raises(ValueError, match="data files mix formats"):
         read_rows(str(tmp_path / "mix"), split="test")
     assert is_local(tmp_path) and not is_local("deepmind/code_contests")
+
+
+def test_corrupt_or_truncated_gzip_names_the_file(tmp_path, write_rows):
+    good = tmp_path / "good.jsonl.gz"
+    write_rows(good, ROWS * 200)
+    data = good.read_bytes()
+    (tmp_path / "trunc.jsonl.gz").write_bytes(data[:len(data) // 2])
+    (tmp_path / "notgz.jsonl.gz").write_bytes(b'{"a": 1}\n')
+    for name, why in (("trunc.jsonl.gz", "EOFError"), ("notgz.jsonl.gz", "BadGzipFile")):
+        path = str(tmp_path / name)
+        with pytest.raises(ValueError, match=f"{path}: not a readable gzip file .*{why}"):
+            read_rows(path, split="test")
+
+
+@pytest.mark.parametrize("name, text, line", [
+    ("rows.jsonl", '{"a": 1, "b": "x"}\n{"a": 2, "b": }\n{"a": 3, "b": "z"}\n', 2),
+    ("doc.json", '[{"a": 1, "b": "x"},\n {"a": 2,\n  "b": }]\n', 3),
+])
+def test_json_syntax_error_names_file_and_line(tmp_path, name, text, line):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{path}:{line}: invalid JSON"):
+        read_rows(str(path), split="test")
+
+
+@pytest.mark.parametrize("missing", ["/no/such/dir/test.jsonl", "./no_such_dir", "~/no_such_maxk_dataset",
+                                     "no_such.parquet", "data_dir/"])
+def test_missing_local_path_says_it_does_not_exist(missing):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        read_rows(missing, split="test")
+
+
+def test_missing_path_under_an_existing_directory_is_local(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    with pytest.raises(FileNotFoundError, match="'data/mbpp' does not exist"):
+        read_rows("data/mbpp", split="test")

@@ -56,6 +56,17 @@ def test_help_lists_every_flag():
         assert f"--{flag}:" in res.stdout or f"--[no]{flag}:" in res.stdout, flag
 
 
+@pytest.mark.parametrize("bad, message", [("--temperature=-1", "--temperature must be a finite float >= 0"),
+                                          ("--top_p=2", "--top_p must lie in (0, 1]"),
+                                          ("--ks=1,9", "--ks: every k must be an int in [1, n=4]")])
+def test_bad_flags_fail_before_writing_anything(fixture_dir, tmp_path, bad, message):
+    """A rejected flag leaves no run_config.json, so the corrected re-run in the same --out_dir is
+    not refused as 'different settings'."""
+    res = _run(*_args(fixture_dir, tmp_path / "out", bad))
+    assert res.returncode != 0 and message in res.stderr, res.stderr[-2000:]
+    assert not (tmp_path / "out" / "run_config.json").exists()
+
+
 @pytest.fixture(scope="module")
 def full_run(fixture_dir, tmp_path_factory):
     """One uninterrupted CLI run: (result dir, JAX compilation cache dir)."""

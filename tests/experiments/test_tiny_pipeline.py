@@ -119,6 +119,8 @@ def test_flag_validation(kwargs, match):
 
 @pytest.mark.parametrize("section,field,value,match", [
     ("eval", "n", 0, "eval.n"), ("eval", "temperature", 0.0, "eval.temperature"),
+    ("eval", "top_p", 2.0, "eval.top_p must lie in"), ("eval", "top_k", -1, "eval.top_k must be an int >= 0"),
+    ("eval", "temperature", float("inf"), "eval.temperature must be a finite float"),
     ("warmup", "steps", 0, "WarmupConfig.steps"), ("warmup", "noise", 1.5, "warmup.noise"),
     ("synthetic", "max_ops", 9, "max_ops"), ("rl", "max_steps", -1, "max_steps"),
 ])
@@ -139,6 +141,14 @@ def test_help_lists_every_flag():
         match = re.search(rf"--(\[no\])?{name}: (.+)", out.stdout)
         assert match and len(match.group(2)) > 20, name
 
+
+
+def test_unknown_config_field_names_it_and_the_valid_ones():
+    out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config.rl.algo.kk=3"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "--config.rl.algo.kk: config.rl.algo has no field 'kk'; valid fields: " in out.stderr
+    assert "(did you mean 'k'?)" in out.stderr
 
 
 # ----------------------------------------------------------------------------------------------

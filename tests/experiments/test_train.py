@@ -60,3 +60,16 @@ def test_bad_configs_are_rejected_with_a_clear_error(args, message):
     assert out.returncode != 0
     assert message in out.stderr, out.stderr[-2000:]
     assert "Traceback" in out.stderr and "ValueError" in out.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config=experiments/configs/base.py:grpo", "--config.algo.bogus=1"],
+     "--config.algo.bogus: config.algo has no field 'bogus'; valid fields: "),
+    (["--config.bogus=1"], "--config.bogus: config has no field 'bogus'; valid fields: algo, checkpoint, data"),
+])
+def test_unknown_config_field_names_it_and_the_valid_ones(args, message):
+    """Without --config the default config is parsed (with the overrides) when the flag is
+    defined, at import; with it, while absl parses the flags: both get the same clear message."""
+    out = train(*args, "--validate_only")
+    assert out.returncode == 1 and message in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
