@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.special import logsumexp
 
-from maxk_jax.estimators_core import (Array, SortedRows, check_finite, finish, gaps, log_weights,
+from maxk_jax.estimators._core import (Array, SortedRows, check_finite, finish, gaps, log_weights,
                                       prepare_log_ratio, prepare_mask, prepare_rewards, row_min,
                                       row_sum, rows_view, sort_rows, validate_k)
 

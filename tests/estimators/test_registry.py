@@ -1,4 +1,4 @@
-"""maxk_jax/estimator_registry.py: every registered estimator vs a brute-force / direct reference."""
+"""maxk_jax/estimators/_registry.py: every registered estimator vs a brute-force / direct reference."""
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,4 @@
-"""maxk_jax/estimators_tang.py: Tang et al. estimators vs brute-force k-subset enumeration."""
+"""maxk_jax/estimators/_tang.py: Tang et al. estimators vs brute-force k-subset enumeration."""
 from __future__ import annotations
 
 import importlib.util

@@ -1,4 +1,4 @@
-"""maxk_jax/estimators_core.py: validation, per-row sorting, log-space binomial weights, helpers."""
+"""maxk_jax/estimators/_core.py: validation, per-row sorting, log-space binomial weights, helpers."""
 from __future__ import annotations
 
 from math import comb
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.special import gammaln
 
-from maxk_jax import estimators_core as C
+from maxk_jax.estimators import _core as C
 
 
 def test_validate_k():

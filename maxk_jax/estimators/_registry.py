@@ -73,13 +73,13 @@ from typing import Any, Callable
 import jax.numpy as jnp
 import numpy as np
 
-from maxk_jax.estimators_core import (Array, check_finite, is_concrete, masked_center, masked_zscore,
+from maxk_jax.estimators._core import (Array, check_finite, is_concrete, masked_center, masked_zscore,
                                       prepare_log_ratio, prepare_mask, prepare_rewards, validate_k)
-from maxk_jax.estimators_exact import (loo1_advantage_offpolicy_exact,
+from maxk_jax.estimators._exact import (loo1_advantage_offpolicy_exact,
                                        maxk_reward_transform_offpolicy_exact)
-from maxk_jax.estimators_maxk import (loo1_advantage, loo1_advantage_offpolicy,
+from maxk_jax.estimators._maxk import (loo1_advantage, loo1_advantage_offpolicy,
                                       maxk_reward_transform, maxk_reward_transform_offpolicy)
-from maxk_jax.estimators_tang import (majority_vote_advantage, tang_leave_p_out_advantage,
+from maxk_jax.estimators._tang import (majority_vote_advantage, tang_leave_p_out_advantage,
                                       tang_loo_biased_advantage, tang_softmax_advantage)
 
 EstimatorFn = Callable[..., Array]

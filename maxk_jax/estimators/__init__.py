@@ -17,19 +17,20 @@ Registry:       get_estimator(name, **options) -> fn(rewards, *, k, log_ratio=No
                 clamp_log_ratio(log_ratio, clamp_delta) (Listing 3's delta clamp)
 Helpers:        rows_below_k(mask, k), check_finite(x, name=..., mask=None)
 
-Implementation lives in estimators_core (sorting, log-space binomial weights), estimators_maxk,
-estimators_exact, estimators_tang and estimator_registry; see their docstrings for derivations.
+Private modules: _core (validation, sorting, log-space binomial weights), _maxk (eq. 9 / §3.3
+transforms, LOO-1), _exact (eq. 10 by an elementary-symmetric-polynomial DP), _tang (Tang et al.)
+and _registry (get_estimator and metadata); see their docstrings for derivations.
 """
-from maxk_jax.estimator_registry import (BASELINES, DEFAULT_CLAMP_DELTA, EstimatorFn, EstimatorInfo,
+from maxk_jax.estimators._registry import (BASELINES, DEFAULT_CLAMP_DELTA, EstimatorFn, EstimatorInfo,
                                          clamp_log_ratio, estimator_info, estimator_options,
                                          get_estimator, list_estimators)
-from maxk_jax.estimators_core import check_finite, rows_below_k
-from maxk_jax.estimators_exact import (loo1_advantage_offpolicy_exact,
+from maxk_jax.estimators._core import check_finite, rows_below_k
+from maxk_jax.estimators._exact import (loo1_advantage_offpolicy_exact,
                                        maxk_reward_transform_offpolicy_exact)
-from maxk_jax.estimators_maxk import (loo1_advantage, loo1_advantage_offpolicy, max_at_k,
+from maxk_jax.estimators._maxk import (loo1_advantage, loo1_advantage_offpolicy, max_at_k,
                                       maxk_reward_transform, maxk_reward_transform_offpolicy,
                                       pass_at_k)
-from maxk_jax.estimators_tang import (majority_vote_advantage, tang_leave_p_out_advantage,
+from maxk_jax.estimators._tang import (majority_vote_advantage, tang_leave_p_out_advantage,
                                       tang_loo_biased_advantage, tang_softmax_advantage)
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""maxk_jax/estimators_exact.py: exact importance-weighted max@k (eq. 10) and its LOO-1 baseline.
+"""maxk_jax/estimators/_exact.py: exact importance-weighted max@k (eq. 10) and its LOO-1 baseline.
 
 Brute force (estimator_reference.py) for extreme log-ratios and the n > 32 capacity path, and
 unbiasedness by exact enumeration of every sample tuple of a tiny bandit:
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from maxk_jax import estimators as E
-from maxk_jax.estimators_exact import SMALL_N, capacity
+from maxk_jax.estimators._exact import SMALL_N, capacity
 
 _SPEC = importlib.util.spec_from_file_location(
     "estimator_reference", pathlib.Path(__file__).with_name("estimator_reference.py"))

@@ -1,6 +1,6 @@
 """Contract tests of maxk_jax.estimators against brute-force k-subset enumeration.
 
-Brute force (tests/estimator_reference.py, float64, itertools.combinations) is the spec.  Rows are
+Brute force (tests/estimators/estimator_reference.py, float64, itertools.combinations) is the spec.  Rows are
 drawn with ties (rewards from small value sets) and random masks on a width-10 batch, so one
 compilation covers every n_valid <= 10 and every k (masked samples must act as absent).
 Float32 results are compared with atol=2e-6, rtol=1e-5 (rewards are O(1)).

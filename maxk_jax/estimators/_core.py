@@ -16,7 +16,7 @@ on-policy weights are
 log a_j = log(k / n_v) + sum_{y=j}^{n_v-1} log1p(-(k-1)/y)  is a reverse cumulative sum of
 terms that are each accurate to one ulp, so the
 error is O(eps * |log a_j - log a_n|) (XLA lowers lax.cumsum to a blocked tree scan): float32
-stays accurate to ~1e-5 relative for n = 65536 (tests/test_estimators_core.py checks this against
+stays accurate to ~1e-5 relative for n = 65536 (tests/estimators/test_core.py checks this against
 a float64 reference).  Forming
 gammaln differences instead loses ~0.06 absolute in log space at n = 65536 in float32.
 """

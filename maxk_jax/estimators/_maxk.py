@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from maxk_jax.estimators_core import (Array, SortedRows, Weights, check_finite, finish, gaps,
+from maxk_jax.estimators._core import (Array, SortedRows, Weights, check_finite, finish, gaps,
                                       log_weights, prefix_sum, prepare_log_ratio, prepare_mask,
                                       prepare_rewards, as_rows, rows_view, row_min, row_sum, sort_rows,
                                       suffix_sum, validate_k, is_concrete)

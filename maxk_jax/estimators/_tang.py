@@ -14,7 +14,7 @@ still unbiased for the same gradient, lower variance).  The coefficient of grad 
       by explicit enumeration of the C(n,k) subsets (exact; raises ValueError above
       `max_subsets`, default 20000 -- e.g. n = k = 8 is one subset, n = 16, k = 8 is 12870).
 
-Derivations (sorted ascending, gap_t = r_(t+1) - r_(t) >= 0, a_j, b_j as in estimators_core):
+Derivations (sorted ascending, gap_t = r_(t+1) - r_(t) >= 0, a_j, b_j as in _core):
   eq. 3:  A_i - mean_{l in I} A_l = A_i - g(I)/k with g(I) = max - runner-up of I, and
           C(n,k)^-1 sum_{I ni i} g(I) = loo1_i + sum_{t >= i} (n - t) b_{t+1} gap_t, so
           c_i = (k-1)/k * loo1_i - 1/k * sum_{t >= i} (n - t) b_{t+1} gap_t.
@@ -32,10 +32,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from maxk_jax.estimators_core import (Array, as_rows, check_finite, finish, gaps, is_concrete,
+from maxk_jax.estimators._core import (Array, as_rows, check_finite, finish, gaps, is_concrete,
                                       log_weights, prepare_mask, prepare_rewards, row_sum, rows_view,
                                       sort_rows, suffix_sum, validate_k)
-from maxk_jax.estimators_maxk import loo1_sorted, onpolicy_sorted
+from maxk_jax.estimators._maxk import loo1_sorted, onpolicy_sorted
 
 
 # --------------------------------------------------------------------------------------------
