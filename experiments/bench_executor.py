@@ -15,7 +15,10 @@ per call (so latency is per submission, and the queue stays fed):
   same rlimits (address space, CPU, file size, processes; set by ``prlimit``) and wall-clock
   timeout, output compared by the same judge; no namespaces or uid switch (cheaper than ours in
   that respect; as root RLIMIT_NPROC is not enforced for it);
-* ``embedded`` - ``EmbeddedExecutor`` (bubblewrap fork server) in this process;
+* ``embedded`` - ``EmbeddedExecutor`` (bubblewrap fork server) in this process, with a cgroup per
+  slot where the host allows it (``memory_limit_by`` in the results says which);
+* ``embedded_rlimit`` - the same with cgroups switched off (``SandboxConfig(cgroups=False)``:
+  per-process rlimits only), to measure what the cgroups cost (goal: cgroups >= 90 %);
 * ``http``     - ``HttpExecutor`` against ``python -m maxk_jax.execution.serve`` started by the
   bench on 127.0.0.1 (loopback only).
 
@@ -53,6 +56,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from maxk_jax.execution import judge  # noqa: E402
 from maxk_jax.execution.client import EmbeddedExecutor, HttpExecutor  # noqa: E402
+from maxk_jax.execution.sandbox import SandboxConfig  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("slots", 0, "Worker slots for embedded/http (0 = os.cpu_count()); baseline uses as many threads.")
@@ -60,7 +64,8 @@ flags.DEFINE_integer("concurrency", 0, "Closed-loop client threads per backend (
 flags.DEFINE_integer("trivial_submissions", 1200, "Timed submissions of the trivial workload per backend.")
 flags.DEFINE_integer("contest_submissions", 120, "Timed submissions of the 10-test workload per backend.")
 flags.DEFINE_float("scale", 1.0, "Multiply the submission counts (e.g. 0.1 for a quick check).")
-flags.DEFINE_list("backends", ["baseline", "embedded", "http"], "Backends to run (subset of baseline,embedded,http).")
+BACKENDS = ["baseline", "embedded", "embedded_rlimit", "http"]
+flags.DEFINE_list("backends", BACKENDS, "Backends to run, in this order (subset of " + ",".join(BACKENDS) + ").")
 flags.DEFINE_string("python", "/usr/bin/python3", "Interpreter of the baseline (same as the sandbox's).")
 flags.DEFINE_string("results_dir", "runs/bench_executor", "Directory for the JSON/markdown/PNG results.")
 flags.DEFINE_integer("seed", 0, "Seed of the generated contest inputs.")
@@ -225,8 +230,9 @@ def make_backend(name: str, slots: int) -> tuple:
     """(executor-like object, cleanup callable)."""
     if name == "baseline":
         return Baseline(FLAGS.python), lambda: None
-    if name == "embedded":
-        ex = EmbeddedExecutor(slots=slots)
+    if name in ("embedded", "embedded_rlimit"):
+        ex = EmbeddedExecutor(config=SandboxConfig(slots=slots, cgroups=name == "embedded"))
+        logging.warning("%s: memory limited by %s", name, ex.health()["memory_limit_by"])
         return ex, ex.close
     if name == "http":
         proc, url = start_server(slots)
@@ -238,7 +244,7 @@ def make_backend(name: str, slots: int) -> tuple:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         return ex, stop
-    raise ValueError(f"unknown backend {name!r} (use baseline, embedded, http)")
+    raise ValueError(f"unknown backend {name!r} (use {', '.join(BACKENDS)})")
 
 
 def startup_time(slots: int, repeats: int = 3) -> float:
@@ -268,7 +274,7 @@ def plot(rows: list, path: pathlib.Path) -> None:
     """Executions/s per backend, one group per workload."""
     fig, ax = plt.subplots(figsize=(7, 4))
     names = sorted({r["workload"] for r in rows})
-    backends = [b for b in ("baseline", "embedded", "http") if any(r["backend"] == b for r in rows)]
+    backends = [b for b in BACKENDS if any(r["backend"] == b for r in rows)]
     width = 0.8 / max(1, len(backends))
     for j, backend in enumerate(backends):
         values = [next((r["executions_per_s"] for r in rows if r["workload"] == w and r["backend"] == backend), 0)
@@ -305,7 +311,7 @@ def main(argv: list) -> None:
         finally:
             stop()
     meta["loadavg_end"] = os.getloadavg()
-    rows.sort(key=lambda r: (r["workload"], ["baseline", "embedded", "http"].index(r["backend"])))
+    rows.sort(key=lambda r: (r["workload"], BACKENDS.index(r["backend"])))
     text = table(rows)
     embedded = {r["workload"]: r for r in rows if r["backend"] == "embedded"}
     base = {r["workload"]: r for r in rows if r["backend"] == "baseline"}
@@ -313,6 +319,12 @@ def main(argv: list) -> None:
     if "trivial" in embedded:
         rate = embedded["trivial"]["executions_per_s"]
         goals.append(f"embedded trivial: {rate:.1f} executions/s (goal >= 150): {'met' if rate >= 150 else 'NOT met'}")
+    rlimit = {r["workload"]: r for r in rows if r["backend"] == "embedded_rlimit"}
+    for name in embedded:
+        if name in rlimit:
+            ratio = embedded[name]["executions_per_s"] / rlimit[name]["executions_per_s"]
+            goals.append(f"embedded cgroups/rlimits on {name}: {ratio:.2f}x (goal >= 0.9x): "
+                         f"{'met' if ratio >= 0.9 else 'NOT met'}")
     for name in embedded:
         if name in base:
             ratio = embedded[name]["executions_per_s"] / base[name]["executions_per_s"]
