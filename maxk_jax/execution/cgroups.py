@@ -6,7 +6,8 @@ gets its own allowance. A cgroup per slot charges everything the test's processe
 threads (``pids.max``) and gives each slot one CPU's worth of time (``cpu.cfs_quota_us``, equal
 ``cpu.shares``) so a multi-threaded program cannot steal the other slots' CPU.
 
-Layout: under the supervisor's own cgroup of each controller, ``maxk_jax_<pid>-<starttime>/slot<i>``.
+Layout: under the supervisor's own cgroup of each controller,
+``maxk_jax_<pid>-<starttime>_<n>/slot<i>`` (``n`` tells apart executors of one process).
 The worker itself stays outside: the supervisor (root) opens each slot's ``cgroup.procs`` and
 passes the fds into the sandbox; the forked test process writes ``0`` to them (moving itself; the
 kernel checks the opener's credentials) before any program code runs, then closes them. So the
@@ -17,6 +18,7 @@ grew during the test) and ``memory.max_usage_in_bytes`` (peak, reset before each
 this is unavailable (not root, no writable v1 controllers -- e.g. a cgroup2-only host) the
 caller falls back to rlimits and reports it (``mechanism``).
 """
+import itertools
 import logging
 import os
 import re
@@ -25,6 +27,7 @@ import time
 CONTROLLERS = ("memory", "pids", "cpu")
 PREFIX = "maxk_jax_"
 _OWNER = re.compile(r"(\d+)-(\d+)$")
+_SERIAL = itertools.count()
 
 
 def owner_tag(pid: int | None = None) -> str:
@@ -131,7 +134,8 @@ def clean_stale(bases: dict) -> list:
         except OSError:
             continue
         for entry in entries:
-            if entry.name.startswith(PREFIX) and entry.is_dir() and not owner_alive(entry.name[len(PREFIX):]):
+            owner = entry.name[len(PREFIX):].split("_", 1)[0]
+            if entry.name.startswith(PREFIX) and entry.is_dir() and not owner_alive(owner):
                 if _remove_tree(entry.path, 0.5):
                     removed.append(entry.path)
                 else:
@@ -206,7 +210,8 @@ class CgroupSet:
             raise ValueError(f"pids_max and slots must be >= 1 and cpus_per_slot > 0, got {pids_max}, {slots}, "
                              f"{cpus_per_slot}")
         self.stale_removed = clean_stale(bases)
-        self.roots = {c: os.path.join(b, PREFIX + owner_tag()) for c, b in bases.items()}
+        name = f"{PREFIX}{owner_tag()}_{next(_SERIAL)}"
+        self.roots = {c: os.path.join(b, name) for c, b in bases.items()}
         self.pids_max, self.cpus = pids_max, cpus_per_slot
         self.slots: list = []
         try:

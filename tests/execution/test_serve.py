@@ -97,7 +97,8 @@ def test_leftovers_of_a_killed_service_are_removed_at_next_start() -> None:
     left = glob.glob(f"{tempfile.gettempdir()}/maxk_jax_worker_{tag}_*")
     assert left, "the killed service left no worker directory (nothing to test)"
     bases, _ = cgroups.probe()
-    groups = [os.path.join(b, cgroups.PREFIX + tag) for b in (bases or {}).values()]
+    groups = [g for b in (bases or {}).values() for g in glob.glob(os.path.join(b, f"{cgroups.PREFIX}{tag}_*"))]
+    assert groups or bases is None, "the killed service left no cgroup (nothing to test)"
     mine = tempfile.mkdtemp(prefix=f"maxk_jax_worker_{cgroups.owner_tag()}_")   # live owner: kept
     try:
         with EmbeddedExecutor(slots=1):
