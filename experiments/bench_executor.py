@@ -69,6 +69,9 @@ flags.DEFINE_list("backends", BACKENDS, "Backends to run, in this order (subset 
 flags.DEFINE_string("python", "/usr/bin/python3", "Interpreter of the baseline (same as the sandbox's).")
 flags.DEFINE_string("results_dir", "runs/bench_executor", "Directory for the JSON/markdown/PNG results.")
 flags.DEFINE_integer("seed", 0, "Seed of the generated contest inputs.")
+flags.DEFINE_integer("rounds", 1, "Run the backend sequence this many times, reversing its order every other round, "
+                     "and pool the rounds (evens out a load that drifts during the run).")
+flags.register_validator("rounds", lambda value: value >= 1, message="--rounds must be >= 1")
 
 LIMITS = {"cpu_s": 2.0, "wall_s": 5.0, "memory_mb": 512, "output_mb": 32}
 CONTEST_CODE = """import sys
@@ -202,7 +205,19 @@ def closed_loop(judge_fn: Callable, make: Callable, count: int, concurrency: int
             "executions_per_s": count * tests / wall, "submissions_per_s": count / wall,
             "p50_ms": 1e3 * statistics.median(latencies),
             "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-            "not_accepted": len(failures)}
+            "not_accepted": len(failures), "latencies_s": latencies}
+
+
+def pool(parts: list) -> dict:
+    """Merge closed-loop results of several rounds: rates over the summed wall time, pooled latencies."""
+    latencies = sorted(x for p in parts for x in p["latencies_s"])
+    count, wall, tests = sum(p["submissions"] for p in parts), sum(p["wall_s"] for p in parts), parts[0]["tests_per_submission"]
+    return {"submissions": count, "tests_per_submission": tests, "wall_s": wall,
+            "executions_per_s": count * tests / wall, "submissions_per_s": count / wall,
+            "p50_ms": 1e3 * statistics.median(latencies),
+            "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+            "not_accepted": sum(p["not_accepted"] for p in parts),
+            "round_executions_per_s": [round(p["executions_per_s"], 1) for p in parts]}
 
 
 def start_server(slots: int) -> tuple:
@@ -299,17 +314,19 @@ def main(argv: list) -> None:
               "contest10": max(1, int(FLAGS.contest_submissions * FLAGS.scale))}
     meta: dict[str, Any] = {"cpu_count": os.cpu_count(), "slots": slots, "concurrency": concurrency,
                             "loadavg_start": os.getloadavg(), "python": platform.python_version(),
-                            "baseline_python": FLAGS.python, "limits": LIMITS, "counts": counts}
+                            "baseline_python": FLAGS.python, "limits": LIMITS, "counts": counts, "rounds": FLAGS.rounds}
     meta["embedded_startup_s"] = startup_time(slots)
-    rows = []
-    for backend in FLAGS.backends:
-        ex, stop = make_backend(backend, slots)
-        try:
-            for name, make in workloads(FLAGS.seed).items():
-                row = closed_loop(ex.judge, make, counts[name], concurrency, f"{backend}/{name}")
-                rows.append(dict(row, workload=name, backend=backend))
-        finally:
-            stop()
+    parts: dict = {}
+    for round_index in range(FLAGS.rounds):
+        for backend in FLAGS.backends if round_index % 2 == 0 else FLAGS.backends[::-1]:
+            ex, stop = make_backend(backend, slots)
+            try:
+                for name, make in workloads(FLAGS.seed).items():
+                    row = closed_loop(ex.judge, make, counts[name], concurrency, f"{backend}/{name}")
+                    parts.setdefault((name, backend), []).append(row)
+            finally:
+                stop()
+    rows = [dict(pool(runs), workload=name, backend=backend) for (name, backend), runs in parts.items()]
     meta["loadavg_end"] = os.getloadavg()
     rows.sort(key=lambda r: (r["workload"], BACKENDS.index(r["backend"])))
     text = table(rows)
@@ -329,7 +346,9 @@ def main(argv: list) -> None:
         if name in base:
             ratio = embedded[name]["executions_per_s"] / base[name]["executions_per_s"]
             goals.append(f"embedded/baseline on {name}: {ratio:.2f}x (goal >= 3x): {'met' if ratio >= 3 else 'NOT met'}")
-    notes = (f"{meta['cpu_count']} cores, {slots} slots, {concurrency} clients; embedded start-up "
+    notes = (f"{meta['cpu_count']} cores, {slots} slots, {concurrency} clients, {FLAGS.rounds} round(s); "
+             "executions/s per round: " + "; ".join(f"{r['workload']}/{r['backend']} {r['round_executions_per_s']}"
+                                                    for r in rows) + f"; embedded start-up "
              f"{meta['embedded_startup_s']:.3f}s; load average {meta['loadavg_start'][0]:.2f} at start, "
              f"{meta['loadavg_end'][0]:.2f} at end (other jobs share the machine)")
     out_dir = pathlib.Path(FLAGS.results_dir)

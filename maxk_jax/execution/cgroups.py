@@ -217,8 +217,9 @@ class CgroupSet:
         try:
             for root in self.roots.values():
                 os.makedirs(root, exist_ok=True)
-            # weigh the parent like `slots` ordinary tasks, or all slots together would get one
-            # task's share of a busy machine
+            # weigh the parent like `slots` ordinary tasks (as the slots' processes weigh without
+            # cgroups): less and all slots together get one task's share of a busy machine, more
+            # and they take CPU from the machine's other jobs
             _write(os.path.join(self.roots["cpu"], "cpu.shares"), 1024 * slots)
         except OSError:
             self.close()

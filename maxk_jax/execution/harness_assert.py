@@ -17,7 +17,8 @@ can appear), then normalised again. A program that dies, exits or garbles the ch
 die the same way or report a failure (never "done"). Differences from one interpreter: return
 values must be plain data (an instance of the program's class is WA), arguments are copies (an
 in-place mutation is not seen by the tests), exceptions come back as the builtin type of the same
-name (else ``Exception``).
+name (else ``Exception``), and a program's global that shadows a builtin (``len``, ``abs``) is not
+seen by the tests.
 """
 import ast
 import builtins
@@ -92,10 +93,12 @@ def receive(fd: int):
 
 
 def free_names(source: bytes) -> list:
-    """Names the test code reads (candidates for the program's functions and values)."""
+    """Names the test code reads that the program may define (builtins excluded: a program's
+    ``len = lambda v: 3`` must not reach the tests)."""
     tree = ast.parse(source, "tests.py", "exec")
     return sorted({node.id for node in ast.walk(tree) if _isinstance(node, ast.Name)
-                   and _isinstance(node.ctx, ast.Load) and not node.id.startswith("__")})
+                   and _isinstance(node.ctx, ast.Load) and not node.id.startswith("__")
+                   and node.id not in harness._BUILTINS_SNAPSHOT})
 
 
 # --- P: the program's process --------------------------------------------------------------------
@@ -232,6 +235,8 @@ def _test_namespace(program: _Program, names: dict) -> dict:
     for name, kind in names.items():
         if not (_isinstance(name, str) and _isinstance(kind, tuple) and kind):
             raise ChannelError("malformed name table")
+        if name in harness._BUILTINS_SNAPSHOT or name.startswith("__"):
+            continue                    # only names T asked for, never builtins or dunders
         if kind[0] == "call":
             namespace[name] = program.proxy(name)
         elif kind[0] == "value":

@@ -261,6 +261,15 @@ def test_assert_mode_cheats_are_rejected(executor: EmbeddedExecutor) -> None:
         assert verdicts(result) in want, (sub["id"], result)
 
 
+def test_assert_mode_shadowed_builtins_do_not_reach_the_tests(executor: EmbeddedExecutor) -> None:
+    tests = "assert abs(f(3) - 3) < 1e-9\nassert len(f(2)) == 2\nassert sorted(f(1)) == [1]"
+    cheat = "abs = lambda v: 0\nlen = lambda v: 2\nsorted = lambda v: [1]\ndef f(x):\n    return 100"
+    honest = "def f(x):\n    return x if x == 3 else [x] * x"
+    results = executor.judge([{"id": i, "code": c, "mode": "assert", "tests": {"code": tests}, "limits": HOSTILE_LIMITS}
+                              for i, c in (("cheat", cheat), ("honest", honest))])
+    assert [verdicts(r) for r in results] == [["WA"], ["AC"]], results
+
+
 def test_function_mode_cheats_are_rejected(executor: EmbeddedExecutor) -> None:
     cases = {"entry_point": "f", "cases": [{"args": [2], "expected": 4}, {"args": [3], "expected": [6]}]}
     subs = [{"id": "always-equal", "code": ASSERT_CHEATS[3][1], "mode": "function", "tests": cases},
