@@ -211,7 +211,8 @@ def closed_loop(judge_fn: Callable, make: Callable, count: int, concurrency: int
 def pool(parts: list) -> dict:
     """Merge closed-loop results of several rounds: rates over the summed wall time, pooled latencies."""
     latencies = sorted(x for p in parts for x in p["latencies_s"])
-    count, wall, tests = sum(p["submissions"] for p in parts), sum(p["wall_s"] for p in parts), parts[0]["tests_per_submission"]
+    count, wall = sum(p["submissions"] for p in parts), sum(p["wall_s"] for p in parts)
+    tests = parts[0]["tests_per_submission"]
     return {"submissions": count, "tests_per_submission": tests, "wall_s": wall,
             "executions_per_s": count * tests / wall, "submissions_per_s": count / wall,
             "p50_ms": 1e3 * statistics.median(latencies),

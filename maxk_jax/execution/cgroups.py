@@ -97,7 +97,8 @@ def probe() -> tuple:
         return None, f"cannot read the cgroup mounts: {err}"
     missing = [c for c in CONTROLLERS if c not in mounts or c not in own]
     if missing:
-        return None, f"no read-write cgroup v1 hierarchy for {', '.join(missing)} (cgroup2-only hosts are not supported)"
+        return None, (f"no read-write cgroup v1 hierarchy for {', '.join(missing)} "
+                      "(cgroup2-only hosts are not supported)")
     bases = {c: os.path.join(mounts[c], own[c].lstrip("/")) for c in CONTROLLERS}
     for controller, base in bases.items():
         if not os.access(base, os.W_OK):
@@ -227,7 +228,8 @@ class CgroupSet:
 
     def slot(self, index: int) -> SlotCgroup:
         """Create the groups of slot ``index``."""
-        group = SlotCgroup({c: os.path.join(r, f"slot{index}") for c, r in self.roots.items()}, self.pids_max, self.cpus)
+        paths = {c: os.path.join(r, f"slot{index}") for c, r in self.roots.items()}
+        group = SlotCgroup(paths, self.pids_max, self.cpus)
         self.slots.append(group)
         return group
 

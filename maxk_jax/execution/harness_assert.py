@@ -292,7 +292,8 @@ def _run_tests(child, program: _Program, names: list, test_code) -> None:
             program.stop()
             fields = reply[1] if len(reply) > 1 and _isinstance(reply[1], dict) else {}
             if reply[0] in ("ce", "exc", "early_exit"):
-                child.report(reply[0], **{k: v for k, v in fields.items() if k in ("msg", "exc", "mem", "code", "where")})
+                child.report(reply[0], **{k: v for k, v in fields.items()
+                                          if k in ("msg", "exc", "mem", "code", "where")})
                 _exit(1 if reply[0] == "exc" else 0)
             raise ChannelError(f"unexpected reply {reply[0]!r}")
         namespace = _test_namespace(program, reply[1] if _isinstance(reply[1], dict) else {})

@@ -86,8 +86,8 @@ class Supervisor:
             bases, self.cgroup_reason = cgroups.probe()
             if bases is not None:
                 try:
-                    self._cgroups = cgroups.CgroupSet(bases, pids_max=config.nproc + 8, cpus_per_slot=config.cpus_per_slot,
-                                                      slots=self.num_slots)
+                    self._cgroups = cgroups.CgroupSet(bases, pids_max=config.nproc + 8,
+                                                      cpus_per_slot=config.cpus_per_slot, slots=self.num_slots)
                 except OSError as err:
                     self.cgroup_reason = f"cannot create cgroups: {err}"
         self.memory_limit_by = "cgroup" if self._cgroups is not None else "rlimit"

@@ -36,6 +36,8 @@ def test_slot_group_limit_counters_and_cleanup(bases) -> None:
     slot.begin(64 << 20)
     assert int(open(os.path.join(slot.paths["memory"], "memory.limit_in_bytes")).read()) == 64 << 20
     assert open(os.path.join(slot.paths["pids"], "pids.max")).read().strip() == "16"
+    period = int(open(os.path.join(slot.paths["cpu"], "cpu.cfs_period_us")).read())
+    assert int(open(os.path.join(slot.paths["cpu"], "cpu.cfs_quota_us")).read()) == period     # one CPU
     code = ("import os, sys\nfor fd in map(int, sys.argv[1:]):\n    os.write(fd, b'0')\n"
             "x = bytearray(200 << 20)")
     proc = subprocess.run([sys.executable, "-c", code, *map(str, slot.fds)], pass_fds=slot.fds, timeout=60,

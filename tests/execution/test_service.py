@@ -29,6 +29,7 @@ def test_healthz_and_judge_match_embedded(executor, app, serve_app) -> None:
     url = serve_app(app)
     health = httpx.get(f"{url}/healthz").json()
     assert health["status"] == "ok" and health["slots"] == health["alive"] == 2 and health["sandboxed"]
+    assert health["memory_limit_by"] == executor.supervisor.memory_limit_by in ("cgroup", "rlimit")
     response = httpx.post(f"{url}/v1/judge", json={"submissions": SUBS}, timeout=60)
     assert response.status_code == 200
     body = response.json()

@@ -401,10 +401,13 @@ def test_refuses_when_namespaces_are_unavailable() -> None:
 def test_close_leaves_no_process() -> None:
     ex = EmbeddedExecutor(slots=2)
     block = ex.supervisor.block
+    groups = list(ex.supervisor._cgroups.roots.values()) if ex.supervisor._cgroups else []
     assert ex.judge([stdio("x", "print(1)", "1")])[0]["reward"] == 1.0
     assert len(processes_of(block)) == 4                          # bwrap + worker per slot
+    assert all(os.path.isdir(g) for g in groups)
     ex.close()
     ex.close()
     assert processes_of(block) == []
+    assert not any(os.path.exists(g) for g in groups)             # cgroups removed too
     with pytest.raises(RuntimeError, match="closed"):
         ex.judge([stdio("y", "print(1)", "1")])
