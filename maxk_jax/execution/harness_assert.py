@@ -29,6 +29,7 @@ import pickle
 import signal
 import struct
 import types
+from typing import Any, Callable
 
 try:
     import harness
@@ -51,12 +52,12 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"global {module}.{name} refused")
 
 
-def loads_plain(data: bytes):
+def loads_plain(data: bytes) -> Any:
     """Unpickle data that may only contain builtin containers and scalars."""
     return _PlainUnpickler(io.BytesIO(data)).load()
 
 
-def send(fd: int, message) -> None:
+def send(fd: int, message: Any) -> None:
     """Write one length-prefixed pickle."""
     body = pickle.dumps(message, protocol=5)
     view = memoryview(_LEN.pack(len(body)) + body)
@@ -75,7 +76,7 @@ def _read_exact(fd: int, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def receive(fd: int):
+def receive(fd: int) -> Any:
     """One message, or None at end of stream; ChannelError on garbage."""
     head = _read_exact(fd, _LEN.size)
     if head is None:
@@ -184,7 +185,7 @@ class _Program:
             _exit(128 + sig)
         _exit(os.WEXITSTATUS(status))
 
-    def ask(self, message):
+    def ask(self, message: tuple) -> tuple:
         """Send a request, return P's reply (mirrors P's death on end of stream)."""
         try:
             send(self.requests, message)
@@ -205,9 +206,9 @@ class _Program:
         except (ProcessLookupError, ChildProcessError):
             pass
 
-    def proxy(self, name: str):
+    def proxy(self, name: str) -> Callable:
         """A function that calls P's ``name`` with plain copies of the arguments."""
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             reply = self.ask(("call", name, harness.normalise(args), harness.normalise(kwargs)))
             kind = reply[0]
             if kind == "value":
@@ -285,7 +286,7 @@ def run_split(job: dict, blobs: dict, fds: dict) -> None:
     _run_tests(child, program, names, test_code)
 
 
-def _run_tests(child, program: _Program, names: list, test_code) -> None:
+def _run_tests(child: Any, program: _Program, names: list, test_code: types.CodeType) -> None:
     try:
         reply = program.ask(("lookup", names))
         if reply[0] != "names":             # the program failed before its functions existed
