@@ -15,7 +15,10 @@ per call (so latency is per submission, and the queue stays fed):
   same rlimits (address space, CPU, file size, processes; set by ``prlimit``) and wall-clock
   timeout, output compared by the same judge; no namespaces or uid switch (cheaper than ours in
   that respect; as root RLIMIT_NPROC is not enforced for it);
-* ``embedded`` - ``EmbeddedExecutor`` (bubblewrap fork server) in this process;
+* ``embedded`` - ``EmbeddedExecutor`` (bubblewrap fork server) in this process, with a cgroup per
+  slot where the host allows it (``memory_limit_by`` in the results says which);
+* ``embedded_rlimit`` - the same with cgroups switched off (``SandboxConfig(cgroups=False)``:
+  per-process rlimits only), to measure what the cgroups cost (goal: cgroups >= 90 %);
 * ``http``     - ``HttpExecutor`` against ``python -m maxk_jax.execution.serve`` started by the
   bench on 127.0.0.1 (loopback only).
 
@@ -53,6 +56,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from maxk_jax.execution import judge  # noqa: E402
 from maxk_jax.execution.client import EmbeddedExecutor, HttpExecutor  # noqa: E402
+from maxk_jax.execution.sandbox import SandboxConfig  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("slots", 0, "Worker slots for embedded/http (0 = os.cpu_count()); baseline uses as many threads.")
@@ -60,10 +64,14 @@ flags.DEFINE_integer("concurrency", 0, "Closed-loop client threads per backend (
 flags.DEFINE_integer("trivial_submissions", 1200, "Timed submissions of the trivial workload per backend.")
 flags.DEFINE_integer("contest_submissions", 120, "Timed submissions of the 10-test workload per backend.")
 flags.DEFINE_float("scale", 1.0, "Multiply the submission counts (e.g. 0.1 for a quick check).")
-flags.DEFINE_list("backends", ["baseline", "embedded", "http"], "Backends to run (subset of baseline,embedded,http).")
+BACKENDS = ["baseline", "embedded", "embedded_rlimit", "http"]
+flags.DEFINE_list("backends", BACKENDS, "Backends to run, in this order (subset of " + ",".join(BACKENDS) + ").")
 flags.DEFINE_string("python", "/usr/bin/python3", "Interpreter of the baseline (same as the sandbox's).")
 flags.DEFINE_string("results_dir", "runs/bench_executor", "Directory for the JSON/markdown/PNG results.")
 flags.DEFINE_integer("seed", 0, "Seed of the generated contest inputs.")
+flags.DEFINE_integer("rounds", 1, "Run the backend sequence this many times, reversing its order every other round, "
+                     "and pool the rounds (evens out a load that drifts during the run).")
+flags.register_validator("rounds", lambda value: value >= 1, message="--rounds must be >= 1")
 
 LIMITS = {"cpu_s": 2.0, "wall_s": 5.0, "memory_mb": 512, "output_mb": 32}
 CONTEST_CODE = """import sys
@@ -197,7 +205,20 @@ def closed_loop(judge_fn: Callable, make: Callable, count: int, concurrency: int
             "executions_per_s": count * tests / wall, "submissions_per_s": count / wall,
             "p50_ms": 1e3 * statistics.median(latencies),
             "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-            "not_accepted": len(failures)}
+            "not_accepted": len(failures), "latencies_s": latencies}
+
+
+def pool(parts: list) -> dict:
+    """Merge closed-loop results of several rounds: rates over the summed wall time, pooled latencies."""
+    latencies = sorted(x for p in parts for x in p["latencies_s"])
+    count, wall = sum(p["submissions"] for p in parts), sum(p["wall_s"] for p in parts)
+    tests = parts[0]["tests_per_submission"]
+    return {"submissions": count, "tests_per_submission": tests, "wall_s": wall,
+            "executions_per_s": count * tests / wall, "submissions_per_s": count / wall,
+            "p50_ms": 1e3 * statistics.median(latencies),
+            "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+            "not_accepted": sum(p["not_accepted"] for p in parts),
+            "round_executions_per_s": [round(p["executions_per_s"], 1) for p in parts]}
 
 
 def start_server(slots: int) -> tuple:
@@ -225,8 +246,9 @@ def make_backend(name: str, slots: int) -> tuple:
     """(executor-like object, cleanup callable)."""
     if name == "baseline":
         return Baseline(FLAGS.python), lambda: None
-    if name == "embedded":
-        ex = EmbeddedExecutor(slots=slots)
+    if name in ("embedded", "embedded_rlimit"):
+        ex = EmbeddedExecutor(config=SandboxConfig(slots=slots, cgroups=name == "embedded"))
+        logging.warning("%s: memory limited by %s", name, ex.health()["memory_limit_by"])
         return ex, ex.close
     if name == "http":
         proc, url = start_server(slots)
@@ -238,7 +260,7 @@ def make_backend(name: str, slots: int) -> tuple:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         return ex, stop
-    raise ValueError(f"unknown backend {name!r} (use baseline, embedded, http)")
+    raise ValueError(f"unknown backend {name!r} (use {', '.join(BACKENDS)})")
 
 
 def startup_time(slots: int, repeats: int = 3) -> float:
@@ -268,7 +290,7 @@ def plot(rows: list, path: pathlib.Path) -> None:
     """Executions/s per backend, one group per workload."""
     fig, ax = plt.subplots(figsize=(7, 4))
     names = sorted({r["workload"] for r in rows})
-    backends = [b for b in ("baseline", "embedded", "http") if any(r["backend"] == b for r in rows)]
+    backends = [b for b in BACKENDS if any(r["backend"] == b for r in rows)]
     width = 0.8 / max(1, len(backends))
     for j, backend in enumerate(backends):
         values = [next((r["executions_per_s"] for r in rows if r["workload"] == w and r["backend"] == backend), 0)
@@ -293,19 +315,21 @@ def main(argv: list) -> None:
               "contest10": max(1, int(FLAGS.contest_submissions * FLAGS.scale))}
     meta: dict[str, Any] = {"cpu_count": os.cpu_count(), "slots": slots, "concurrency": concurrency,
                             "loadavg_start": os.getloadavg(), "python": platform.python_version(),
-                            "baseline_python": FLAGS.python, "limits": LIMITS, "counts": counts}
+                            "baseline_python": FLAGS.python, "limits": LIMITS, "counts": counts, "rounds": FLAGS.rounds}
     meta["embedded_startup_s"] = startup_time(slots)
-    rows = []
-    for backend in FLAGS.backends:
-        ex, stop = make_backend(backend, slots)
-        try:
-            for name, make in workloads(FLAGS.seed).items():
-                row = closed_loop(ex.judge, make, counts[name], concurrency, f"{backend}/{name}")
-                rows.append(dict(row, workload=name, backend=backend))
-        finally:
-            stop()
+    parts: dict = {}
+    for round_index in range(FLAGS.rounds):
+        for backend in FLAGS.backends if round_index % 2 == 0 else FLAGS.backends[::-1]:
+            ex, stop = make_backend(backend, slots)
+            try:
+                for name, make in workloads(FLAGS.seed).items():
+                    row = closed_loop(ex.judge, make, counts[name], concurrency, f"{backend}/{name}")
+                    parts.setdefault((name, backend), []).append(row)
+            finally:
+                stop()
+    rows = [dict(pool(runs), workload=name, backend=backend) for (name, backend), runs in parts.items()]
     meta["loadavg_end"] = os.getloadavg()
-    rows.sort(key=lambda r: (r["workload"], ["baseline", "embedded", "http"].index(r["backend"])))
+    rows.sort(key=lambda r: (r["workload"], BACKENDS.index(r["backend"])))
     text = table(rows)
     embedded = {r["workload"]: r for r in rows if r["backend"] == "embedded"}
     base = {r["workload"]: r for r in rows if r["backend"] == "baseline"}
@@ -313,11 +337,19 @@ def main(argv: list) -> None:
     if "trivial" in embedded:
         rate = embedded["trivial"]["executions_per_s"]
         goals.append(f"embedded trivial: {rate:.1f} executions/s (goal >= 150): {'met' if rate >= 150 else 'NOT met'}")
+    rlimit = {r["workload"]: r for r in rows if r["backend"] == "embedded_rlimit"}
+    for name in embedded:
+        if name in rlimit:
+            ratio = embedded[name]["executions_per_s"] / rlimit[name]["executions_per_s"]
+            goals.append(f"embedded cgroups/rlimits on {name}: {ratio:.2f}x (goal >= 0.9x): "
+                         f"{'met' if ratio >= 0.9 else 'NOT met'}")
     for name in embedded:
         if name in base:
             ratio = embedded[name]["executions_per_s"] / base[name]["executions_per_s"]
             goals.append(f"embedded/baseline on {name}: {ratio:.2f}x (goal >= 3x): {'met' if ratio >= 3 else 'NOT met'}")
-    notes = (f"{meta['cpu_count']} cores, {slots} slots, {concurrency} clients; embedded start-up "
+    notes = (f"{meta['cpu_count']} cores, {slots} slots, {concurrency} clients, {FLAGS.rounds} round(s); "
+             "executions/s per round: " + "; ".join(f"{r['workload']}/{r['backend']} {r['round_executions_per_s']}"
+                                                    for r in rows) + f"; embedded start-up "
              f"{meta['embedded_startup_s']:.3f}s; load average {meta['loadavg_start'][0]:.2f} at start, "
              f"{meta['loadavg_end'][0]:.2f} at end (other jobs share the machine)")
     out_dir = pathlib.Path(FLAGS.results_dir)

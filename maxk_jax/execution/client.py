@@ -132,7 +132,7 @@ class HttpExecutor(Executor):
                     return (self._post(raw[:half], subs[:half], first_url)
                             + self._post(raw[half:], subs[half:], first_url + 1))
                 elif response.status_code == 413:
-                    raise ValueError(f"{url}: submission {subs[0].id!r} has more tests than the service queues")
+                    raise ValueError(f"{url} refused submission {subs[0].id!r} as too large: {response.text[:300]}")
                 else:
                     error = f"{url}: HTTP {response.status_code} {response.text[:200]}"
                     delay = self._retry_after(response, self.backoff_s * 2 ** attempt)

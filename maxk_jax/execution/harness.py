@@ -9,9 +9,10 @@ return values, operands of assert comparisons) are *normalised* with the C metho
 base types — captured before program code runs — so a custom ``__eq__``/``__bool__`` or a
 monkeypatched builtin cannot make a wrong value compare equal.
 
-Limitation (documented): the program shares the interpreter with the assert-mode test code, so a
-program written against this harness (gc/ctypes introspection) could still find the nonce in its
-own memory; stdio and function modes compare outside the process and do not depend on that.
+Assert mode does not run the tests in the program's interpreter (anything there -- the nonce,
+the guards -- is reachable with ``gc``/``ctypes``): :mod:`harness_assert` runs the program in a
+separate forked process and the test code in this pristine one, calling the program's functions
+over a pipe with plain values.
 """
 import ast
 import atexit
@@ -308,27 +309,51 @@ def prepare_worker() -> None:
                                           closefd=False, buffering=1)
 
 
-def _setup_process(job: dict, fds: dict) -> None:
-    for fd, target in ((fds["stdin"], 0), (fds["stdout"], 1), (fds["stderr"], 2), (fds["result"], RESULT_FD)):
-        os.dup2(fd, target, inheritable=False if target == RESULT_FD else True)
-    os.closerange(3, RESULT_FD)
-    os.closerange(RESULT_FD + 1, 1 << 16)
+def _setup_process(job: dict, fds: dict, keep: tuple = (), dumpable: bool = True) -> None:
+    """Wire fds 0/1/2 (and RESULT_FD if ``fds`` has ``result``), close every other fd but ``keep``,
+    chdir, apply the rlimits. ``dumpable=False`` keeps /proc/self and ptrace closed to same-uid peers."""
+    targets = [(fds["stdin"], 0), (fds["stdout"], 1), (fds["stderr"], 2)]
+    if "result" in fds:
+        targets.append((fds["result"], RESULT_FD))
+    for fd, target in targets:
+        os.dup2(fd, target, inheritable=target != RESULT_FD)
+    low = 3
+    for fd in sorted(set(keep) | ({RESULT_FD} if "result" in fds else set())):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
     os.chdir(job["cwd"])
-    if _PRCTL is not None:
+    if _PRCTL is not None and dumpable:
         _PRCTL(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     sys.modules.pop("harness", None)
     sys.argv = list(job.get("argv") or ["main.py"])
     sys.path[:] = [p for p in sys.path if p != job.get("harness_dir")]
     limits = job["limits"]
     cpu = int(limits["cpu_s"]) + (0 if float(limits["cpu_s"]).is_integer() else 1)
-    for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),
-                       (resource.RLIMIT_AS, (limits["memory_bytes"],) * 2),
-                       (resource.RLIMIT_FSIZE, (limits["output_bytes"],) * 2),
-                       (resource.RLIMIT_NOFILE, (limits["nofile"],) * 2),
-                       (resource.RLIMIT_CORE, (0, 0))):
+    # RLIMIT_FSIZE one byte above the output limit: a file of exactly output_bytes is fine, a
+    # program that tries to write more leaves output_bytes + 1 (or dies of SIGXFSZ).
+    settings = [(resource.RLIMIT_CPU, (cpu, cpu + 1)),
+                (resource.RLIMIT_FSIZE, (limits["output_bytes"] + 1,) * 2),
+                (resource.RLIMIT_NOFILE, (limits["nofile"],) * 2),
+                (resource.RLIMIT_CORE, (0, 0))]
+    if limits.get("memory_bytes"):          # None when the slot's cgroup limits memory instead
+        settings.append((resource.RLIMIT_AS, (limits["memory_bytes"],) * 2))
+    for res, value in settings:
         resource.setrlimit(res, value)
     if limits.get("nproc"):
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"],) * 2)
+
+
+def read_nonce(fd: int) -> bytes:
+    """Read the 32-byte run nonce from the worker's pipe and close it."""
+    nonce = b""
+    while len(nonce) < 32:
+        chunk = os.read(fd, 32 - len(nonce))
+        if not chunk:
+            break
+        nonce += chunk
+    os.close(fd)
+    return nonce
 
 
 def run_test(job: dict, blobs: dict, fds: dict) -> None:
@@ -337,38 +362,20 @@ def run_test(job: dict, blobs: dict, fds: dict) -> None:
     ``job``: worker header (mode, limits, cwd, argv, entry_point, args_json); ``blobs``: code and
     test_code bytes; ``fds``: open fds ``nonce`` (pipe), ``stdin``/``stdout``/``stderr``/``result``.
     """
+    if job["mode"] == "assert":
+        import harness_assert  # pre-imported by the worker; never returns
+
+        harness_assert.run_split(job, blobs, fds)
+        _exit(121)
     try:
-        nonce = b""
-        while len(nonce) < 32:
-            chunk = os.read(fds["nonce"], 32 - len(nonce))
-            if not chunk:
-                break
-            nonce += chunk
-        os.close(fds["nonce"])
+        nonce = read_nonce(fds["nonce"])
         _setup_process(job, fds)
         child = _Child(job, blobs, nonce)
     except BaseException:  # noqa: BLE001 - nothing else can report this
         _exit(121)
     mode = job["mode"]
-    try:
-        test_code = compile_tests(blobs["test_code"]) if mode == "assert" else None
-    except BaseException as err:  # noqa: BLE001
-        child.report("tce", msg=f"{_type(err).__name__}: {err}"[:500])
-        _exit(0)
-    try:
-        code = compile(blobs["code"], "main.py", "exec", dont_inherit=True)
-    except MemoryError:
-        child.report("exc", exc="MemoryError", msg="out of memory while compiling", mem=True)
-        _exit(1)
-    except BaseException as err:  # noqa: BLE001 - SyntaxError, ValueError (NUL bytes), RecursionError ...
-        child.report("ce", msg=f"{_type(err).__name__}: {err}"[:500])
-        _exit(0)
-    namespace = {"__name__": "__main__" if mode == "stdio" else "solution", "__builtins__": builtins,
-                 "__doc__": None, "__package__": None, "__spec__": None, "__loader__": None}
-    module = types.ModuleType(namespace["__name__"])
-    module.__dict__.update(namespace)
-    namespace = module.__dict__
-    sys.modules["__main__"] = module
+    code = compile_program(child.report, blobs["code"])
+    namespace = program_namespace(mode)
     if mode == "stdio":
         _run_stdio(child, code, namespace)
     elif mode == "function":
@@ -376,9 +383,29 @@ def run_test(job: dict, blobs: dict, fds: dict) -> None:
         args = json.loads(job["args_json"])
         _set_int_digits(_DEFAULT_INT_DIGITS)
         _run_function(child, code, namespace, args, job["entry_point"])
-    else:
-        _run_assert(child, code, namespace, test_code)
     _exit(0)
+
+
+def compile_program(report, source: bytes) -> types.CodeType:
+    """Compile the program; on failure ``report`` a ``ce`` (or out-of-memory ``exc``) record and exit."""
+    try:
+        return compile(source, "main.py", "exec", dont_inherit=True)
+    except MemoryError:
+        report("exc", exc="MemoryError", msg="out of memory while compiling", mem=True)
+        _exit(1)
+    except BaseException as err:  # noqa: BLE001 - SyntaxError, ValueError (NUL bytes), RecursionError ...
+        report("ce", msg=f"{_type(err).__name__}: {err}"[:500])
+        _exit(0)
+
+
+def program_namespace(mode: str) -> dict:
+    """The globals of a fresh ``__main__`` (stdio) or ``solution`` module, installed as ``__main__``."""
+    namespace = {"__name__": "__main__" if mode == "stdio" else "solution", "__builtins__": builtins,
+                 "__doc__": None, "__package__": None, "__spec__": None, "__loader__": None}
+    module = types.ModuleType(namespace["__name__"])
+    module.__dict__.update(namespace)
+    sys.modules["__main__"] = module
+    return module.__dict__
 
 
 def _run_stdio(child: _Child, code, namespace: dict) -> None:
@@ -433,27 +460,6 @@ def _run_function(child: _Child, code, namespace: dict, args: list, entry_point:
         child.report("unser", msg=_str(err)[:300])
         _exit(0)
     child.report_raw(b'{"k":"value","v":' + text.encode("ascii") + b"}")
-
-
-def _run_assert(child: _Child, code, namespace: dict, test_code) -> None:
-    _run_program(child, code, namespace)
-    child.restore_builtins(namespace)
-    namespace[CMP_NAME], namespace[TRUTH_NAME] = safe_compare, safe_truth
-    try:
-        exec(test_code, namespace)
-    except SystemExit as err:
-        child.report("early_exit", code=_exit_code(err), where="tests")
-        _exit(0)
-    except (AssertionError, NotPlainError) as err:
-        _, message, _ = _describe(err)
-        child.report("assert", msg=f"{_type(err).__name__}: {message}")
-        _exit(0)
-    except BaseException as err:  # noqa: BLE001
-        name, message, mem = _describe(err)
-        _print_exception(err)
-        child.report("exc", exc=name, msg=message, mem=mem, where="tests")
-        _exit(1)
-    child.report("done")
 
 
 _BUILTINS_SNAPSHOT = dict(builtins.__dict__)

@@ -18,6 +18,7 @@ import dataclasses
 import fcntl
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,10 +26,10 @@ import tempfile
 import threading
 import time
 
-from maxk_jax.execution import protocol
+from maxk_jax.execution import cgroups, protocol
 
 _PR_SET_CHILD_SUBREAPER = 36
-_SOURCES = ("worker.py", "harness.py", "protocol.py")
+_SOURCES = ("worker.py", "harness.py", "harness_assert.py", "protocol.py")
 UID_BLOCK = 128
 MAX_SLOTS = UID_BLOCK - 1
 
@@ -56,6 +57,8 @@ class SandboxConfig:
     nofile: int = 256                   # open files per process
     grace_s: float = 5.0                # time past a job's wall limit before the worker counts as hung
     start_timeout_s: float = 30.0       # worker start-up deadline
+    cgroups: bool = True                # a cgroup per slot where the host allows it; False forces rlimits
+    cpus_per_slot: float = 1.0          # CPU quota of a slot's cgroup
 
     def num_slots(self) -> int:
         """Resolved slot count (validated)."""
@@ -184,9 +187,31 @@ class Reaper:
         self._stop.set()
 
 
+def owned_tempdir(kind: str) -> str:
+    """A fresh ``/tmp/maxk_jax_<kind>_<pid>-<starttime>_XXXX`` directory (the owner is in the name)."""
+    return tempfile.mkdtemp(prefix=f"maxk_jax_{kind}_{cgroups.owner_tag()}_")
+
+
+def clean_stale_dirs(kinds: tuple = ("worker", "scratch")) -> list:
+    """Remove ``/tmp/maxk_jax_<kind>_<owner>_*`` directories whose owner process is gone.
+
+    A SIGKILLed service cannot clean up after itself; the next executor does. Directories of live
+    owners (other executors) and names without an owner tag are left alone. Returns the removed paths.
+    """
+    removed, root = [], tempfile.gettempdir()
+    for name in os.listdir(root):
+        for kind in kinds:
+            prefix = f"maxk_jax_{kind}_"
+            owner = name[len(prefix):].split("_", 1)[0] if name.startswith(prefix) else ""
+            if re.fullmatch(r"\d+-\d+", owner) and not cgroups.owner_alive(owner):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+                removed.append(os.path.join(root, name))
+    return removed
+
+
 def stage_sources() -> str:
     """Copy the worker's stdlib-only sources to a fresh world-readable directory; returns it."""
-    path = tempfile.mkdtemp(prefix="maxk_jax_worker_")
+    path = owned_tempdir("worker")
     os.chmod(path, 0o755)
     here = os.path.dirname(os.path.abspath(__file__))
     for name in _SOURCES:
@@ -198,8 +223,10 @@ def stage_sources() -> str:
 class Sandbox:
     """One slot: a worker process inside bubblewrap (or, opted in, without it) and its channel."""
 
-    def __init__(self, index: int, config: SandboxConfig, source_dir: str, uid: int | None, sandboxed: bool):
+    def __init__(self, index: int, config: SandboxConfig, source_dir: str, uid: int | None, sandboxed: bool,
+                 cgroup: cgroups.SlotCgroup | None = None):
         self.index, self.config, self.source_dir, self.uid, self.sandboxed = index, config, source_dir, uid, sandboxed
+        self.cgroup = cgroup
         self.proc: subprocess.Popen | None = None
         self.worker_pid: int | None = None
         self.scratch_dir: str | None = None
@@ -217,17 +244,21 @@ class Sandbox:
                    "--size", str(cfg.scratch_mb << 20), "--tmpfs", "/tmp", "--remount-ro", "/",
                    "--hostname", "sandbox", "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
                    "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
-                   "--chdir", "/tmp", "--", cfg.python, "-I", "-B", "/maxk/worker.py", "/maxk", "all", "/tmp", "/dev/shm"]
+                   "--chdir", "/tmp", "--", cfg.python, "-I", "-B", "/maxk/worker.py", "/maxk", "all",
+                   *self._cgroup_args(), "/tmp", "/dev/shm"]
             return cmd, None, {}
-        self.scratch_dir = tempfile.mkdtemp(prefix=f"maxk_jax_scratch{self.index}_")
+        self.scratch_dir = owned_tempdir("scratch")
         if self.uid is not None:
             os.chown(self.scratch_dir, self.uid, self.uid)
         kill_mode = "all" if self.uid is not None else "tree"
         cmd = [cfg.python, "-I", "-B", os.path.join(self.source_dir, "worker.py"), self.source_dir, kill_mode,
-               self.scratch_dir]
+               *self._cgroup_args(), self.scratch_dir]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.scratch_dir, "TMPDIR": self.scratch_dir,
                "LANG": "C.UTF-8"}
         return cmd, self.scratch_dir, env
+
+    def _cgroup_args(self) -> list:
+        return [] if self.cgroup is None else ["--cgroup-fds=" + ",".join(map(str, self.cgroup.fds))]
 
     def start(self) -> None:
         """Launch the worker and wait for its ready frame (SandboxFailure with bwrap's message)."""
@@ -236,7 +267,8 @@ class Sandbox:
         self._stderr = tempfile.TemporaryFile()
         ids = {} if self.uid is None else {"user": self.uid, "group": self.uid, "extra_groups": []}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     cwd=cwd or "/", env=env, close_fds=True, start_new_session=True, **ids)
+                                     cwd=cwd or "/", env=env, close_fds=True, start_new_session=True,
+                                     pass_fds=self.cgroup.fds if self.cgroup else (), **ids)
         os.set_blocking(self.proc.stdin.fileno(), False)
         self.starts += 1
         try:

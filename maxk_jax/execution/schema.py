@@ -9,6 +9,7 @@ program run in its own sandbox with argv ``input.txt output.txt expected.txt``, 
 1 or 2 = WA); ``language`` = ``"python"``; assert-mode ``tests`` may be a list of ``{"code"}``.
 """
 import dataclasses
+import hashlib
 import json
 import math
 from typing import Any
@@ -187,8 +188,9 @@ def _assert_tests(obj: Any, field: str) -> tuple:
 
 
 def cache_key(raw: dict) -> str:
-    """Content key of a submission (id + canonical JSON), used for the service's repeat cache."""
-    return json.dumps(raw, sort_keys=True, separators=(",", ":"), allow_nan=True, default=repr)
+    """Content key of a submission: SHA-256 hex of its canonical JSON (id included), for the repeat cache."""
+    text = json.dumps(raw, sort_keys=True, separators=(",", ":"), allow_nan=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def parse_submission(raw: Any, field: str, default_output_mb: int = 32) -> Submission:

@@ -6,7 +6,9 @@ slots. Overload: more than ``max_inflight`` requests being judged -> 429, more t
 ``max_pending`` queued tests -> 503, both with ``Retry-After``; a single request with more tests
 than ``max_pending`` -> 413. A repeated submission (same id and
 same content) is answered from a bounded cache — or joins the identical judgement still running —
-so a client retrying after a timeout gets the same result instead of a second execution.
+so a client retrying after a timeout gets the same result instead of a second execution. The cache
+is keyed by a SHA-256 of the submission and bounded by entry count and by bytes of stored results.
+A body over ``max_request_bytes`` -> 413 naming the limit; a body nested too deeply -> 400.
 """
 import collections
 import concurrent.futures
@@ -28,7 +30,8 @@ _TEST_RESULT = {
     "properties": {
         "verdict": {"enum": ["AC", "WA", "RE", "TLE", "MLE", "OLE", "CE", "SE"]},
         "cpu_s": {"type": ["number", "null"]}, "wall_s": {"type": ["number", "null"]},
-        "memory_mb": {"type": ["number", "null"], "description": "peak RSS of the main process"},
+        "memory_mb": {"type": ["number", "null"],
+                      "description": "peak memory: the slot cgroup's peak (all processes, memfds) or the main process's RSS"},
         "exit_code": {"type": ["integer", "null"]}, "signal": {"type": ["string", "null"]},
         "message": {"type": "string"}, "stderr": {"type": "string", "description": "excerpt, non-AC only"},
     },
@@ -73,20 +76,40 @@ RESPONSE_SCHEMA = {
                        "reward": {"type": ["number", "null"]}, "passed": {"type": "integer"},
                        "total": {"type": "integer"}, "tests": {"type": "array", "items": _TEST_RESULT},
                        # optional, additive: maxk_jax.execution.behaviour fingerprint (null = undetermined)
-                       "behaviour": {"type": ["string", "null"]}}}}},
+                       "behaviour": {"type": ["string", "null"]},
+                       "memory_limit_by": {"enum": ["cgroup", "rlimit"],
+                                           "description": "per-slot cgroup, or RLIMIT_AS per process (fallback)"}}}}},
 }
 _ERROR = {"type": "object", "properties": {"error": {"type": "string"}, "field": {"type": "string"}}}
 
 
 class ResultCache:
-    """Bounded LRU of finished results keyed by submission content; joins identical in-flight work."""
+    """LRU of finished results keyed by the submission's content hash, bounded by ``size`` entries
+    and ``max_bytes`` of result JSON; joins identical in-flight work."""
 
-    def __init__(self, supervisor: Supervisor, size: int):
-        self.supervisor, self.size = supervisor, size
-        self._done: collections.OrderedDict = collections.OrderedDict()
+    def __init__(self, supervisor: Supervisor, size: int, max_bytes: int = 64 << 20):
+        if size < 0 or max_bytes < 0:
+            raise ValueError(f"cache size and max_bytes must be >= 0, got {size}, {max_bytes}")
+        self.supervisor, self.size, self.max_bytes = supervisor, size, max_bytes
+        self._done: collections.OrderedDict = collections.OrderedDict()   # key -> (result, bytes)
         self._running: dict = {}
         self._lock = threading.Lock()
         self.hits = 0
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    def _store(self, key: str, result: dict) -> None:
+        size = len(json.dumps(result, allow_nan=True)) + len(key)
+        if size > self.max_bytes or self.size == 0:
+            return
+        if key in self._done:
+            self.bytes -= self._done.pop(key)[1]
+        self._done[key] = (result, size)
+        self.bytes += size
+        while len(self._done) > self.size or self.bytes > self.max_bytes:
+            self.bytes -= self._done.popitem(last=False)[1][1]
 
     def judge(self, subs: list) -> list:
         """Judge ``subs`` (validated), reusing cached or running results for repeated submissions."""
@@ -97,7 +120,7 @@ class ResultCache:
                 if key in self._done:
                     self._done.move_to_end(key)
                     self.hits += 1
-                    slots.append(self._done[key])
+                    slots.append(self._done[key][0])
                 elif key in self._running:
                     self.hits += 1
                     slots.append(self._running[key])
@@ -119,10 +142,8 @@ class ResultCache:
                 for (sub, future), result in zip(todo, results):
                     self._running.pop(sub.cache_key, None)
                     future.set_result(result)
-                    if result["status"] != "sandbox_error" and self.size > 0:
-                        self._done[sub.cache_key] = result
-                while len(self._done) > self.size:
-                    self._done.popitem(last=False)
+                    if result["status"] != "sandbox_error":
+                        self._store(sub.cache_key, result)
         return [s.result() if isinstance(s, concurrent.futures.Future) else s for s in slots]
 
 
@@ -132,11 +153,16 @@ def _error(status: int, message: str, field: str, retry_after: float | None = No
 
 
 def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight: int = 64,
-               cache_size: int = 4096, default_output_mb: int = 32) -> FastAPI:
+               cache_size: int = 4096, cache_bytes: int = 64 << 20, max_request_bytes: int = 256 << 20,
+               default_output_mb: int = 32) -> FastAPI:
     """The FastAPI application around ``supervisor`` (which the caller owns and closes)."""
+    for name, value, low in (("max_pending", max_pending, 1), ("max_inflight", max_inflight, 1),
+                             ("max_request_bytes", max_request_bytes, 1)):
+        if not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     app = FastAPI(title="maxk-jax judge", version="1.0",
                   description="Sandboxed execution of model-written Python against tests (see DESIGN.md).")
-    cache = ResultCache(supervisor, cache_size)
+    cache = ResultCache(supervisor, cache_size, cache_bytes)
     limiter = anyio.CapacityLimiter(max_inflight)
     state = {"inflight": 0}
     app.state.cache, app.state.supervisor = cache, supervisor
@@ -152,25 +178,41 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
         """200 with the supervisor's health when every slot is alive, else 503 ("degraded")."""
         health = supervisor.health()
         ok = health["alive"] == health["slots"]
-        health.update(status="ok" if ok else "degraded", inflight=state["inflight"], cache_hits=cache.hits)
+        health.update(status="ok" if ok else "degraded", inflight=state["inflight"], cache_hits=cache.hits,
+                      cache_entries=len(cache), cache_bytes=cache.bytes)
         return JSONResponse(health, status_code=200 if ok else 503)
 
     @app.post("/v1/judge", summary="Judge a batch of submissions",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": REQUEST_SCHEMA}}}},
               responses={200: {"content": {"application/json": {"schema": RESPONSE_SCHEMA}}, "description": "results in request order"},
                          400: {"content": {"application/json": {"schema": _ERROR}}, "description": "malformed request"},
-                         413: {"description": "more tests in one request than the queue holds"},
+                         413: {"description": "body larger than the service accepts, or more tests than the queue holds"},
                          429: {"description": "too many requests in flight (Retry-After)"},
                          503: {"description": "test queue full (Retry-After)"}})
     async def judge_endpoint(request: Request) -> JSONResponse:
+        too_big = _error(413, f"body: request exceeds the {max_request_bytes} bytes this service accepts "
+                         "(serve --max_request_mb); split it", "body")
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > max_request_bytes:
+            return too_big
+        chunks, total = [], 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > max_request_bytes:
+                return too_big
+            chunks.append(chunk)
         try:
-            body = json.loads(await request.body())
+            body = json.loads(b"".join(chunks))
         except (ValueError, UnicodeDecodeError) as err:
             return _error(400, f"body: not valid JSON ({err})", "body")
+        except RecursionError:
+            return _error(400, "body: JSON nested too deeply to parse", "body")
         try:
             subs = schema.parse_request(body, default_output_mb)
         except schema.RequestError as err:
             return _error(400, str(err), err.field)
+        except RecursionError:
+            return _error(400, "body: nested too deeply", "body")
         if state["inflight"] >= max_inflight:
             return _error(429, f"more than {max_inflight} requests in flight", "body", retry_after=1)
         units = sum(len(s.tests) for s in subs)

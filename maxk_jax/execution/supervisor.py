@@ -10,6 +10,12 @@ so expected outputs never enter a process that candidate code is forked from.
 
 Each result also carries ``behaviour``: the fingerprint of the program's outputs on the tests
 (`maxk_jax.execution.behaviour`, for majority voting; None when undetermined).
+
+Memory is limited by a cgroup per slot where the host allows it (:mod:`cgroups`: memory incl.
+shmem/memfd and every child process, pids, one CPU per slot) -- the limit is ``memory_mb`` plus
+the test's two output captures plus ``CGROUP_SLACK_MB`` for the harness's own pages, and an OOM
+kill in the group is MLE -- else by RLIMIT_AS per process. ``memory_limit_by`` in every result
+and in ``health()`` says which.
 """
 import dataclasses
 import logging
@@ -19,14 +25,15 @@ import threading
 import time
 import weakref
 
-from maxk_jax.execution import behaviour, judge
+from maxk_jax.execution import behaviour, cgroups, judge
 from maxk_jax.execution.sandbox import (UNAVAILABLE_HINT, Reaper, Sandbox, SandboxConfig, SandboxFailure,
                                         SandboxUnavailableError, UidBlock, become_subreaper, bwrap_usable,
-                                        processes_of, stage_sources)
+                                        clean_stale_dirs, processes_of, stage_sources)
 from maxk_jax.execution.schema import Submission
 
 CHECKER_LIMITS = {"cpu_s": 10.0, "wall_s": 20.0, "memory_mb": 1024, "output_mb": 1}
 STDERR_IN_RESULT = 2000
+CGROUP_SLACK_MB = 32
 
 
 @dataclasses.dataclass
@@ -75,6 +82,21 @@ class Supervisor:
             raise SandboxUnavailableError(f"{reason}. {UNAVAILABLE_HINT}")
         self.sandboxed = reason is None
         become_subreaper()
+        self.stale_removed = clean_stale_dirs()
+        self._cgroups, self._slot_groups = None, {}
+        self.cgroup_reason = "disabled (SandboxConfig.cgroups=False)"
+        if config.cgroups:
+            bases, self.cgroup_reason = cgroups.probe()
+            if bases is not None:
+                try:
+                    self._cgroups = cgroups.CgroupSet(bases, pids_max=config.nproc + 8,
+                                                      cpus_per_slot=config.cpus_per_slot, slots=self.num_slots)
+                except OSError as err:
+                    self.cgroup_reason = f"cannot create cgroups: {err}"
+        self.memory_limit_by = "cgroup" if self._cgroups is not None else "rlimit"
+        if self._cgroups is None and config.cgroups:
+            logging.warning("per-slot cgroups unavailable (%s); memory is limited per process by RLIMIT_AS",
+                            self.cgroup_reason)
         self.block = UidBlock(config.uid_base)
         self.source_dir = stage_sources()
         weakref.finalize(self, shutil.rmtree, self.source_dir, True)   # also at interpreter exit
@@ -92,8 +114,8 @@ class Supervisor:
 
     def _start_slots(self) -> None:
         while True:
-            self._sandboxes = [Sandbox(i, self.config, self.source_dir, self.block.uid(i), self.sandboxed)
-                               for i in range(self.num_slots)]
+            self._sandboxes = [Sandbox(i, self.config, self.source_dir, self.block.uid(i), self.sandboxed,
+                                       self._slot_group(i)) for i in range(self.num_slots)]
             events = [threading.Event() for _ in self._sandboxes]
             errors: list = [None] * self.num_slots
             self._threads = [threading.Thread(target=self._slot_main, args=(i, events[i], errors), daemon=True,
@@ -115,6 +137,13 @@ class Supervisor:
                 raise SandboxUnavailableError(f"{failure}\n{UNAVAILABLE_HINT}")
             logging.warning("sandbox unavailable (%s); running UNSANDBOXED as explicitly allowed", failure)
             self.sandboxed = False
+
+    def _slot_group(self, index: int) -> "cgroups.SlotCgroup | None":
+        if self._cgroups is None:
+            return None
+        if index not in self._slot_groups:
+            self._slot_groups[index] = self._cgroups.slot(index)
+        return self._slot_groups[index]
 
     def _stop_threads(self) -> None:
         alive = [t for t in getattr(self, "_threads", []) if t.is_alive()]
@@ -146,21 +175,33 @@ class Supervisor:
             batch.complete(sub_index, test_index, result)
         sandbox.kill()
 
-    def _limits(self, limits: dict, sandboxed_uid: bool) -> dict:
-        return {"cpu_s": limits["cpu_s"], "wall_s": limits["wall_s"], "memory_bytes": limits["memory_mb"] << 20,
+    def _limits(self, limits: dict, sandboxed_uid: bool, cgroup: bool) -> dict:
+        return {"cpu_s": limits["cpu_s"], "wall_s": limits["wall_s"],
+                "memory_bytes": None if cgroup else limits["memory_mb"] << 20,
                 "output_bytes": limits["output_mb"] << 20, "nofile": self.config.nofile,
                 "nproc": self.config.nproc if sandboxed_uid else None}
 
     def _execute(self, sandbox: Sandbox, header: dict, blobs: dict, limits: dict) -> tuple:
-        """Run one job; (answer header, answer blobs) or raises SandboxFailure after a restart attempt."""
-        header = dict(header, op="run", limits=self._limits(limits, self.sandboxed or sandbox.uid is not None))
+        """Run one job; (answer header, answer blobs) or raises SandboxFailure after a restart attempt.
+
+        With a slot cgroup the answer header also carries the test's ``oom_kills`` and ``peak_bytes``."""
+        group = sandbox.cgroup
+        header = dict(header, op="run", limits=self._limits(limits, self.sandboxed or sandbox.uid is not None,
+                                                            group is not None))
         try:
             if not sandbox.alive():
                 sandbox.start()
+            if group is not None:
+                group.begin((limits["memory_mb"] + 2 * limits["output_mb"] + CGROUP_SLACK_MB) << 20)
             answer = sandbox.run(header, blobs, limits["wall_s"] + self.config.grace_s)
+            if group is not None:
+                answer[0].update(group.end())
         except SandboxFailure:
             self._restart(sandbox)
             raise
+        except OSError as err:
+            self._restart(sandbox)
+            raise SandboxFailure(f"slot {sandbox.index} cgroup: {err}") from None
         if answer[0].get("restart"):
             self._restart(sandbox)
         return answer
@@ -191,8 +232,9 @@ class Supervisor:
         except SandboxFailure as err:
             return _not_run("SE", str(err))
         record = _parse_record(out.get("record"))
+        peak_kb = max(run["maxrss_kb"], run.get("peak_bytes", 0) >> 10)
         result = {"verdict": None, "cpu_s": run["cpu_s"], "wall_s": run["wall_s"],
-                  "memory_mb": round(run["maxrss_kb"] / 1024, 1), "exit_code": run["exit_code"],
+                  "memory_mb": round(peak_kb / 1024, 1), "exit_code": run["exit_code"],
                   "signal": run["signal"], "message": ""}
         if record and record.get("k") == "tce":
             return dict(result, verdict="SE", message=f"test code does not compile: {record.get('msg')}",
@@ -229,7 +271,7 @@ class Supervisor:
         with self._checker_lock:
             if self._checker is None:
                 self._checker = Sandbox(self.num_slots, self.config, self.source_dir,
-                                        self.block.uid(self.num_slots), self.sandboxed)
+                                        self.block.uid(self.num_slots), self.sandboxed, self._slot_group(self.num_slots))
             try:
                 run, out = self._execute(self._checker, header, blobs, CHECKER_LIMITS)
             except SandboxFailure as err:
@@ -245,15 +287,15 @@ class Supervisor:
         failure = judge.run_failure(run, record, CHECKER_LIMITS["cpu_s"], CHECKER_LIMITS["memory_mb"])
         return "SE", f"checker failed ({failure[0] if failure else 'exit ' + str(run['exit_code'])}): {detail}", False
 
-    @staticmethod
-    def _summarise(sub: Submission, tests: list) -> dict:
+    def _summarise(self, sub: Submission, tests: list) -> dict:
         invalid = any(t.pop("_invalid", False) for t in tests)
         passed = sum(t["verdict"] == "AC" for t in tests)
         status = "invalid" if invalid else "sandbox_error" if any(t["verdict"] == "SE" for t in tests) else "ok"
         reward = passed / len(tests) if status == "ok" else None
         fingerprint = behaviour.summarise(tests)
         return {"id": sub.id, "status": status, "reward": reward, "passed": passed, "total": len(tests),
-                "tests": tests, "behaviour": fingerprint if status == "ok" else None}
+                "tests": tests, "behaviour": fingerprint if status == "ok" else None,
+                "memory_limit_by": self.memory_limit_by}
 
     def judge(self, submissions: list) -> list:
         """Judge validated :class:`Submission` objects; one result dict per submission, in order."""
@@ -279,8 +321,12 @@ class Supervisor:
         """Slots alive, restarts, queue depth, sandboxing mode."""
         alive = sum(s.alive() for s in self._sandboxes)
         starts = sum(s.starts for s in self._sandboxes)
-        return {"slots": self.num_slots, "alive": alive, "restarts": max(0, starts - self.num_slots),
-                "pending": self.pending(), "sandboxed": self.sandboxed, "reaped_orphans": self.reaper.reaped}
+        health = {"slots": self.num_slots, "alive": alive, "restarts": max(0, starts - self.num_slots),
+                  "pending": self.pending(), "sandboxed": self.sandboxed, "reaped_orphans": self.reaper.reaped,
+                  "memory_limit_by": self.memory_limit_by}
+        if self._cgroups is None:
+            health["cgroups_unavailable"] = self.cgroup_reason
+        return health
 
     def _popen_pids(self) -> list:
         checker = getattr(self, "_checker", None)
@@ -316,6 +362,8 @@ class Supervisor:
             self.reaper.reap_once()
             time.sleep(0.01)
         self.reaper.stop()
+        if getattr(self, "_cgroups", None) is not None:
+            self._cgroups.close()
         self.block.release()
         shutil.rmtree(self.source_dir, ignore_errors=True)
 

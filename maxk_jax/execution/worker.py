@@ -1,12 +1,13 @@
 """In-sandbox fork server (stdlib only): PID 1 of the bubblewrap namespaces, one fork per test.
 
 Started by :mod:`maxk_jax.execution.sandbox` as ``/usr/bin/python3 -I worker.py HARNESS_DIR
-KILL_MODE SCRATCH...`` after the supervisor dropped to the slot's unprivileged uid. It makes itself
+KILL_MODE [--cgroup-fds=A,B,C] SCRATCH...`` after the supervisor dropped to the slot's unprivileged uid. It makes itself
 non-dumpable (a program running as the same uid cannot read its memory, fds or environment through
 /proc, nor ptrace it), pre-imports the common modules, then serves frames from fd 0 to fd 1:
 
 ``{"op": "run", ...}`` -> fork a child that runs :func:`harness.run_test`; wait with a wall-clock
-deadline (pidfd); kill every other process of the sandbox; reap; collect CPU time (all
+deadline (pidfd); the child first joins the slot's cgroups by writing ``0`` to the inherited
+``cgroup.procs`` fds (so the worker itself is never charged or OOM-killed); kill every other process of the sandbox; reap; collect CPU time (all
 descendants), peak RSS, exit status, stdout/stderr (memfds, RLIMIT_FSIZE-capped) and the harness
 record carrying the per-run nonce; wipe the scratch tmpfs; answer one frame.
 """
@@ -29,6 +30,7 @@ _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
 STDERR_EXCERPT = 8192
 MAX_SCRATCH_ENTRIES = 20000
 _CHILD_FAILED = 121
+_JOIN_FAILED = 122
 
 
 def _decode_status(status: int) -> tuple:
@@ -48,8 +50,9 @@ def _cpu(usage) -> float:
 class Worker:
     """The fork server state: scratch dirs, kill mode, frame loop."""
 
-    def __init__(self, harness_dir: str, kill_mode: str, scratch: list):
+    def __init__(self, harness_dir: str, kill_mode: str, scratch: list, cgroup_fds: tuple = ()):
         self.harness_dir, self.kill_mode, self.scratch = harness_dir, kill_mode, scratch
+        self.cgroup_fds = tuple(cgroup_fds)
         self.sandboxed = kill_mode == "all" and os.getpid() == 1
         self.own_processes = 1
 
@@ -175,6 +178,12 @@ class Worker:
         if pid == 0:  # child
             try:
                 os.close(write_end)
+                try:
+                    for fd in self.cgroup_fds:
+                        os.write(fd, b"0")      # move this process into the slot's group
+                        os.close(fd)
+                except OSError:
+                    os._exit(_JOIN_FAILED)
                 harness.run_test(job, blobs, dict(fds, nonce=read_end))
             finally:
                 os._exit(_CHILD_FAILED)
@@ -195,11 +204,13 @@ class Worker:
         stderr = os.pread(fds["stderr"], min(err_size, STDERR_EXCERPT), 0)
         record = self._record(fds["result"], nonce)
         clean = self.wipe_scratch() and self.ipc_clean() and clean
+        if exit_code == _JOIN_FAILED and record is None and self.cgroup_fds:
+            return {"ok": False, "error": "the test process could not join the slot's cgroups", "restart": True}, {}
         header = {
             "ok": True, "exit_code": exit_code, "signal": sig, "timed_out": timed_out,
             "cpu_s": round(_cpu(after) - _cpu(before), 6), "wall_s": round(wall, 6),
             "maxrss_kb": usage.ru_maxrss, "stdout_size": out_size, "stderr_size": err_size,
-            "output_limited": sig == "SIGXFSZ" or out_size >= limit or err_size >= limit,
+            "output_limited": sig == "SIGXFSZ" or out_size > limit or err_size > limit,
             "restart": not clean,
         }
         answer = {"stdout": stdout, "stderr": stderr}
@@ -260,14 +271,20 @@ class Worker:
 
 
 def main(argv: list) -> None:
-    """Entry point: ``worker.py HARNESS_DIR KILL_MODE SCRATCH_DIR [EXTRA_SCRATCH_DIR...]``."""
+    """Entry point: ``worker.py HARNESS_DIR KILL_MODE [--cgroup-fds=A,B,C] SCRATCH_DIR [EXTRA_SCRATCH_DIR...]``."""
     harness_dir, kill_mode, scratch = argv[1], argv[2], argv[3:]
+    cgroup_fds = ()
+    if scratch and scratch[0].startswith("--cgroup-fds="):
+        cgroup_fds = tuple(int(fd) for fd in scratch.pop(0).split("=", 1)[1].split(",") if fd)
+        for fd in cgroup_fds:
+            os.set_inheritable(fd, False)
     if kill_mode not in ("all", "tree") or not scratch:
         sys.exit(f"usage: worker.py HARNESS_DIR all|tree SCRATCH_DIR..., got {argv[1:]!r}")
     if kill_mode == "all" and os.geteuid() == 0 and os.getpid() != 1:
         sys.exit("worker.py: refusing kill mode 'all' as root outside a pid namespace (kill(-1) would hit the host)")
     sys.path.insert(0, harness_dir)
     import harness  # noqa: F401 - warm the child's imports
+    import harness_assert  # noqa: F401
     import protocol  # noqa: F401
 
     libc = ctypes.CDLL(None)
@@ -288,7 +305,7 @@ def main(argv: list) -> None:
     harness.prepare_worker()
     gc.collect()
     gc.freeze()     # start-up objects never get GC-touched (copied) in the forked children
-    Worker(harness_dir, kill_mode, scratch).serve(in_fd, out_fd)
+    Worker(harness_dir, kill_mode, scratch, cgroup_fds).serve(in_fd, out_fd)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ def staged():
 
 def test_sources_are_staged_world_readable(staged) -> None:
     _, path = staged
-    assert sorted(os.listdir(path)) == ["harness.py", "protocol.py", "worker.py"]
+    assert sorted(os.listdir(path)) == ["harness.py", "harness_assert.py", "protocol.py", "worker.py"]
     assert all(os.stat(os.path.join(path, n)).st_mode & 0o777 == 0o644 for n in os.listdir(path))
 
 

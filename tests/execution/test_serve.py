@@ -1,12 +1,15 @@
 """`python -m maxk_jax.execution.serve` as a real process: starts, judges, shuts its sandboxes down."""
+import glob
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,3 +66,43 @@ def test_serve_process_lifecycle() -> None:
         proc.wait(timeout=60)
     for pid in sandboxes:
         assert not os.path.exists(f"/proc/{pid}"), f"sandbox {pid} outlived the service"
+
+
+@pytest.mark.parametrize("flag, message", [("--port=70000", "--port must be in [1, 65535]"),
+                                           ("--max_inflight=0", "--max_inflight must be >= 1")])
+def test_out_of_range_flags_are_rejected(flag: str, message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "maxk_jax.execution.serve", flag], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_leftovers_of_a_killed_service_are_removed_at_next_start() -> None:
+    from maxk_jax.execution import cgroups
+    from maxk_jax.execution.client import EmbeddedExecutor
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "maxk_jax.execution.serve", "--port", str(port), "--slots", "1"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+            break
+        except httpx.HTTPError:
+            assert proc.poll() is None and time.monotonic() < deadline, "service did not come up"
+            time.sleep(0.2)
+    tag = cgroups.owner_tag(proc.pid)
+    proc.kill()
+    proc.wait(timeout=30)
+    left = glob.glob(f"{tempfile.gettempdir()}/maxk_jax_worker_{tag}_*")
+    assert left, "the killed service left no worker directory (nothing to test)"
+    bases, _ = cgroups.probe()
+    groups = [g for b in (bases or {}).values() for g in glob.glob(os.path.join(b, f"{cgroups.PREFIX}{tag}_*"))]
+    assert groups or bases is None, "the killed service left no cgroup (nothing to test)"
+    mine = tempfile.mkdtemp(prefix=f"maxk_jax_worker_{cgroups.owner_tag()}_")   # live owner: kept
+    try:
+        with EmbeddedExecutor(slots=1):
+            assert not any(os.path.exists(p) for p in left + groups), left + groups
+            assert os.path.isdir(mine)
+    finally:
+        os.rmdir(mine)

@@ -29,6 +29,7 @@ def test_healthz_and_judge_match_embedded(executor, app, serve_app) -> None:
     url = serve_app(app)
     health = httpx.get(f"{url}/healthz").json()
     assert health["status"] == "ok" and health["slots"] == health["alive"] == 2 and health["sandboxed"]
+    assert health["memory_limit_by"] == executor.supervisor.memory_limit_by in ("cgroup", "rlimit")
     response = httpx.post(f"{url}/v1/judge", json={"submissions": SUBS}, timeout=60)
     assert response.status_code == 200
     body = response.json()
@@ -184,3 +185,44 @@ def test_concurrent_clients_2000_executions(serve_app, executor) -> None:
     _concurrent_clients(url, clients=8, per_client=250, batch=25)
     print(f"2000 executions over HTTP in {time.monotonic() - start:.1f}s")
     assert executor.supervisor.stray_processes() == []
+
+
+def test_deeply_nested_body_is_400_not_500(app, serve_app) -> None:
+    url = serve_app(app)
+    body = b'{"submissions": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    response = httpx.post(f"{url}/v1/judge", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert response.status_code == 400 and response.json()["field"] == "body", response.text
+    assert "nested" in response.json()["error"]
+
+
+def test_oversized_body_is_413_naming_the_limit(executor, serve_app) -> None:
+    url = serve_app(create_app(executor.supervisor, max_request_bytes=4096))
+    body = json.dumps({"submissions": [dict(SUBS[0], code="# " + "x" * 8000 + "\nprint(1)")]}).encode()
+    for headers in ({"content-type": "application/json"},
+                    {"content-type": "application/json", "transfer-encoding": "chunked"}):
+        content = body if "transfer-encoding" not in headers else iter([body[:3000], body[3000:]])
+        response = httpx.post(f"{url}/v1/judge", content=content, headers=headers, timeout=60)
+        assert response.status_code == 413 and "4096 bytes" in response.json()["error"], response.text
+    small = httpx.post(f"{url}/v1/judge", json={"submissions": [SUBS[0]]}, timeout=60)
+    assert small.status_code == 200
+
+
+def test_cache_keys_are_hashes_and_bytes_are_bounded() -> None:
+    from maxk_jax.execution.schema import parse_submissions
+
+    class Echo:
+        def judge(self, subs):
+            return [{"id": s.id, "status": "ok", "payload": "y" * 1000} for s in subs]
+
+    cache = ResultCache(Echo(), size=1000, max_bytes=5000)
+    subs = parse_submissions([dict(SUBS[0], id=f"s{i}", tests=[{"stdin": "x" * 100_000, "expected": "1"}])
+                              for i in range(10)])
+    assert all(len(s.cache_key) == 64 and "x" * 100 not in s.cache_key for s in subs)
+    cache.judge(subs)
+    assert 0 < cache.bytes <= 5000 and len(cache) == 4       # ~1.1 KB per result
+    assert cache.judge(subs[-1:])[0]["id"] == "s9" and cache.hits == 1
+
+
+def test_create_app_rejects_zero_inflight(executor) -> None:
+    with pytest.raises(ValueError, match="max_inflight"):
+        create_app(executor.supervisor, max_inflight=0)

@@ -134,7 +134,7 @@ HOSTILE = [
     ("environment", "import os\nleak = [k for k, v in os.environ.items() if 'SECRET' in k or 'canary' in v]\n"
      "extra = sorted(set(os.environ) - {'HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR', 'LC_CTYPE'})\n"
      "print('env', leak, extra, os.getuid() != 0)", "env [] [] True", {"AC"}),
-    ("raise-rlimit", "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\n    print('raised')\n"
+    ("raise-rlimit", "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_CPU, (-1, -1))\n    print('raised')\n"
      "except (ValueError, OSError):\n    print('kept')", "kept", {"AC"}),
     ("kill-everything", "import os, signal\nfor sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):\n"
      "    try:\n        os.kill(-1, sig)\n    except OSError:\n        pass\n    try:\n        os.kill(1, sig)\n"
@@ -145,6 +145,17 @@ HOSTILE = [
      {"AC"}),
     ("setuid-binaries", "import subprocess\nr = subprocess.run(['/usr/bin/id', '-u'], capture_output=True, text=True)\n"
      "print('root' if r.stdout.strip() == '0' else 'user')", "user", {"AC"}),
+    ("exact-output-limit", "import sys\nsys.stdout.write('x' * (4 << 20))", "x" * (4 << 20), {"AC"}),
+]
+# Memory the per-process address-space limit does not see (issue 14): judged by the slot cgroup.
+MEMORY_HOSTILE = [
+    ("memfd-hoard", "import os\nfds = []\nfor _ in range(20):\n    fd = os.memfd_create('m')\n"
+     "    os.write(fd, b'x' * (30 << 20))\n    fds.append(fd)\nprint('held', len(fds))", {"output_mb": 32, "cpu_s": 3, "wall_s": 6}),
+    ("multi-child", "import os, time\npids = []\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"
+     "        x = bytearray(400 << 20)\n        time.sleep(1)\n        os._exit(0)\n    pids.append(pid)\n"
+     "for pid in pids:\n    os.waitpid(pid, 0)\nprint('children done')", {"memory_mb": 512, "cpu_s": 3, "wall_s": 6}),
+    ("big-mmap", "import mmap\nm = mmap.mmap(-1, 2 << 30)\nfor i in range(0, 2 << 30, 4096):\n    m[i] = 1\n"
+     "print('touched')", {"cpu_s": 3, "wall_s": 6}),
 ]
 
 
@@ -180,6 +191,33 @@ def test_hostile_corpus(executor: EmbeddedExecutor) -> None:
     assert verdicts(after[0]) == ["AC"]
 
 
+def cgroups_or_skip(executor: EmbeddedExecutor) -> None:
+    """Skip (naming the reason) where the host gives no per-slot cgroups: rlimits cannot see these."""
+    health = executor.health()
+    if health["memory_limit_by"] != "cgroup":
+        pytest.skip(f"per-slot cgroups unavailable on this host: {health.get('cgroups_unavailable')}")
+
+
+def test_memory_beyond_rlimits_is_mle(executor: EmbeddedExecutor) -> None:
+    cgroups_or_skip(executor)
+    subs = [stdio(name, code, "", limits=dict(HOSTILE_LIMITS, **limits)) for name, code, limits in MEMORY_HOSTILE]
+    results = executor.judge(subs)
+    got = {r["id"]: (r["status"], verdicts(r), r["memory_limit_by"], r["tests"][0]["message"]) for r in results}
+    assert all(v[:3] == ("ok", ["MLE"], "cgroup") for v in got.values()), got
+    assert executor.supervisor.stray_processes() == []
+    after = executor.judge([stdio("after", "x = bytearray(100 << 20)\nprint(len(x))", str(100 << 20),
+                                  limits=HOSTILE_LIMITS)])
+    assert verdicts(after[0]) == ["AC"] and after[0]["tests"][0]["memory_mb"] >= 100, after
+
+
+def test_rlimit_fallback_is_reported() -> None:
+    with EmbeddedExecutor(config=SandboxConfig(slots=1, cgroups=False)) as ex:
+        health = ex.health()
+        assert health["memory_limit_by"] == "rlimit" and "disabled" in health["cgroups_unavailable"]
+        result, = ex.judge([stdio("big", "x = bytearray(300 << 20)", "", limits=HOSTILE_LIMITS)])
+        assert verdicts(result) == ["MLE"] and result["memory_limit_by"] == "rlimit"
+
+
 ASSERT_CHEATS = [
     ("os-exit-before-asserts", "def f(x):\n    return x\nimport os\nos._exit(0)"),
     ("sys-exit-before-asserts", "def f(x):\n    return x\nimport sys\nsys.exit(0)"),
@@ -198,6 +236,17 @@ ASSERT_CHEATS = [
      "        except OSError:\n            pass\ndef f(x):\n    return -1"),
     ("trace-skips-asserts", "import sys\ndef skip(frame, event, arg):\n    return None\nsys.settrace(skip)\n"
      "def f(x):\n    return -1"),
+    # issue 14: find the harness object with gc, report "done" with its nonce, exit
+    ("gc-harness-report", "import gc, os\ndef f(x):\n    return -1\nfor o in gc.get_objects():\n"
+     "    if type(o).__name__ == '_Child' and hasattr(o, 'report'):\n        o.report('done')\n        os._exit(0)"),
+    # reach the harness's globals through gc and make every guarded comparison and truth test true
+    ("gc-patch-guards", "import gc\ndef f(x):\n    return -1\nfor o in gc.get_objects():\n"
+     "    if type(o).__name__ == '_Child':\n        g = type(o).report.__globals__\n"
+     "        for k in list(g['_OPS']):\n            g['_OPS'][k] = lambda a, b: True\n"
+     "        g['safe_truth'].__code__ = (lambda v: True).__code__\n"
+     "        g['safe_compare'].__code__ = (lambda ops, *v: True).__code__"),
+    # signal the process that runs the tests (same uid)
+    ("kill-parent", "import os, signal\ndef f(x):\n    os.kill(os.getppid(), signal.SIGKILL)\n    return -1"),
 ]
 ASSERT_TESTS = "assert f(2) == 2\nassert abs(f(3) - 3) < 1e-9\nassert f(4)"
 
@@ -208,8 +257,17 @@ def test_assert_mode_cheats_are_rejected(executor: EmbeddedExecutor) -> None:
     subs.append({"id": "honest", "code": "def f(x):\n    return x", "mode": "assert", "tests": {"code": ASSERT_TESTS}})
     results = executor.judge(subs)
     for sub, result in zip(subs, results):
-        want = ["AC"] if sub["id"] == "honest" else ["WA"]
-        assert verdicts(result) == want, (sub["id"], result)
+        want = [["AC"]] if sub["id"] == "honest" else [["WA"], ["RE"]] if sub["id"] == "kill-parent" else [["WA"]]
+        assert verdicts(result) in want, (sub["id"], result)
+
+
+def test_assert_mode_shadowed_builtins_do_not_reach_the_tests(executor: EmbeddedExecutor) -> None:
+    tests = "assert abs(f(3) - 3) < 1e-9\nassert len(f(2)) == 2\nassert sorted(f(1)) == [1]"
+    cheat = "abs = lambda v: 0\nlen = lambda v: 2\nsorted = lambda v: [1]\ndef f(x):\n    return 100"
+    honest = "def f(x):\n    return x if x == 3 else [x] * x"
+    results = executor.judge([{"id": i, "code": c, "mode": "assert", "tests": {"code": tests}, "limits": HOSTILE_LIMITS}
+                              for i, c in (("cheat", cheat), ("honest", honest))])
+    assert [verdicts(r) for r in results] == [["WA"], ["AC"]], results
 
 
 def test_function_mode_cheats_are_rejected(executor: EmbeddedExecutor) -> None:
@@ -343,10 +401,13 @@ def test_refuses_when_namespaces_are_unavailable() -> None:
 def test_close_leaves_no_process() -> None:
     ex = EmbeddedExecutor(slots=2)
     block = ex.supervisor.block
+    groups = list(ex.supervisor._cgroups.roots.values()) if ex.supervisor._cgroups else []
     assert ex.judge([stdio("x", "print(1)", "1")])[0]["reward"] == 1.0
     assert len(processes_of(block)) == 4                          # bwrap + worker per slot
+    assert all(os.path.isdir(g) for g in groups)
     ex.close()
     ex.close()
     assert processes_of(block) == []
+    assert not any(os.path.exists(g) for g in groups)             # cgroups removed too
     with pytest.raises(RuntimeError, match="closed"):
         ex.judge([stdio("y", "print(1)", "1")])
