@@ -45,22 +45,44 @@ TABLE2_METHODS = ("grpo", "bon_max_second", "bon_max_mean", "bon_loo1", "bon_mea
                   "maxk_offpolicy_is", "maxk_offpolicy_exact")
 REFERENCE = "maxk_offpolicy"
 # Methods are the entries of experiments/configs/base.py's METHODS table (estimator, loss form,
-# options); any other registry estimator name runs with its defaults and loss form "auto".
+# options), the comparison-only variants below, or any other registry estimator name (its defaults,
+# loss form "auto").  Variants: name -> (METHODS entry, extra estimator options, rl config overrides).
+# They put points on the max@k-vs-KL frontier: the same estimators with smaller steps.
+VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    # the former default of maxk_offpolicy: unbiased LOO-1 baseline, §3.3 IS-weighted loss
+    "maxk_offpolicy_loo1_is": ("maxk_offpolicy_is", {"baseline": "loo1"}, {}),
+    # GRPO with half the learning rate (a smaller step at the same number of RL steps)
+    "grpo_lowlr": ("grpo", {}, {"optim.learning_rate": 1.5e-4}),
+}
 # Per-run training statistics read from the RL run's metrics.jsonl (see ``training_stats``).
 TRAIN_STATS = ("kl_ref_final", "grad_norm_mean", "clip_fraction_mean", "delta_gt_1_fraction_mean")
 
 
-def method_spec(method: str) -> tuple[str, str, dict[str, Any]]:
-    """(estimator, loss_kind, estimator options) of a comparison method name."""
-    return base_config.METHODS.get(method, (method, "auto", {}))
+def method_spec(method: str) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """(estimator, loss_kind, estimator options, rl config overrides) of a comparison method name."""
+    if method in VARIANTS:
+        parent, extra, overrides = VARIANTS[method]
+        estimator, loss_kind, options = base_config.METHODS[parent]
+        return estimator, loss_kind, {**options, **extra}, dict(overrides)
+    estimator, loss_kind, options = base_config.METHODS.get(method, (method, "auto", {}))
+    return estimator, loss_kind, dict(options), {}
 
 
 def apply_method(cfg: ConfigDict, method: str) -> None:
-    """Set the RL estimator, loss form and estimator options of `cfg` (the tiny config) in place."""
-    estimator, loss_kind, options = method_spec(method)
+    """Set the RL estimator, loss form, estimator options and the method's rl overrides (dotted
+    paths under ``cfg.rl``) of `cfg` (the tiny config) in place."""
+    estimator, loss_kind, options, overrides = method_spec(method)
     cfg.rl.algo.estimator = estimator
     cfg.rl.algo.loss_kind = loss_kind
     cfg.rl.algo.estimator_options_json = json.dumps(options, sort_keys=True)
+    for path, value in overrides.items():
+        *parents, leaf = path.split(".")
+        node = cfg.rl
+        for part in parents:
+            node = node[part]
+        if leaf not in node:
+            raise ValueError(f"method {method!r} overrides rl.{path}, which the config does not have")
+        node[leaf] = value
 
 FLAGS = flags.FLAGS
 

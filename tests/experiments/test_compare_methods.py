@@ -60,6 +60,12 @@ def test_method_variants_and_training_stats(tmp_path):
     assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind, cfg.rl.algo.estimator_options_json) == (
         "bon_mean", "clipped", "{}")
     assert cm.validate_methods(list(cm.TABLE2_METHODS), tiny_config.get_config()) == list(cm.TABLE2_METHODS)
+    cm.apply_method(cfg, "maxk_offpolicy_loo1_is")
+    assert (cfg.rl.algo.loss_kind, json.loads(cfg.rl.algo.estimator_options_json)) == (
+        "is_weighted", {"baseline": "loo1"})
+    lr = cfg.rl.optim.learning_rate
+    cm.apply_method(cfg, "grpo_lowlr")
+    assert cfg.rl.algo.estimator == "grpo" and cfg.rl.optim.learning_rate == 1.5e-4 != lr
     rl = tmp_path / "rl"
     rl.mkdir()
     recs = [{"step": 1, "ppo/kl_ref": 0.01, "ppo/grad_norm": 0.5, "ppo/clip_fraction": 0.1,
