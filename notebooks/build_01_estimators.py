@@ -81,8 +81,10 @@ the $n$ samples that contain $i$, and $\rho_l = \pi_\theta(y_l)/\pi_{\text{old}}
 | `maxk:baseline=none` | $\tilde r_i=\binom{n}{k}^{-1}\sum_{I\ni i}\max r_I$ | max@k paper eq. 7–9 (Listing 2) |
 | `maxk_offpolicy:baseline=none` | $\binom{n}{k}^{-1}\sum_{I\ni i}\big(1+\sum_{l\in I}\delta_l\big)\max r_I$ | §3.3, first order (Listing 3, corrected) |
 | `maxk_offpolicy_exact:baseline=none` | $\binom{n}{k}^{-1}\sum_{I\ni i}\big(\prod_{l\in I}\rho_l\big)\max r_I$ | eq. 10 (the library's DP is $O(nk)$) |
-| `maxk` (default `baseline=loo1`) = `bon_loo1` = `tang_loo` | $\binom{n}{k}^{-1}\sum_{I\ni i}\big(\max r_I-\max r_{I\setminus i}\big)$ | App. A BoN LOO-1; Tang et al. eq. 2 |
-| `maxk_offpolicy`, `maxk_offpolicy_exact` (default `loo1`) | $\binom{n}{k}^{-1}\sum_{I\ni i} w_I\big(\max r_I-\max r_{I\setminus i}\big)$, $w_I = 1+\sum_I\delta$ or $\prod_I\rho$ | unbiased LOO baseline with the estimator's own weights |
+| `maxk` (default `baseline=zscore`) = `bon_mean` | z-score of $\tilde r$ | §3.2 / §4.3 "BoN mean" (the paper as it ran) |
+| `maxk_offpolicy`, `maxk_offpolicy_exact` (defaults) | z-score of the row above with $\delta$ clamped to $[-1, 1]$ / $\rho$ to $[0, 2]$ (`clamp_delta=1.0`) | the paper's off-policy BoN (§3.1, Listing 3) |
+| `maxk:baseline=loo1` = `bon_loo1` = `tang_loo` | $\binom{n}{k}^{-1}\sum_{I\ni i}\big(\max r_I-\max r_{I\setminus i}\big)$ | App. A BoN LOO-1; Tang et al. eq. 2 |
+| `maxk_offpolicy:baseline=loo1`, `maxk_offpolicy_exact:baseline=loo1` | $\binom{n}{k}^{-1}\sum_{I\ni i} w_I\big(\max r_I-\max r_{I\setminus i}\big)$, $w_I = 1+\sum_I\delta$ or $\prod_I\rho$ | unbiased LOO baseline with the estimator's own weights |
 | `tang_loo_biased` | $\binom{n}{k}^{-1}\sum_{I\ni i}\big(A^I_i-\tfrac1k\sum_{l\in I}A^I_l\big)$, $A^I_i=\max r_I-\max r_{I\setminus i}$ | Tang et al. eq. 3 |
 | `tang_leave_p_out` | $\binom{n}{k}^{-1}\sum_{I\ni i}\binom{k-1}{p-1}^{-1}\sum_{s\subseteq I,\,|s|=p,\,s\ni i}(A^I_s-\bar A^I)$, $A^I_s=\max r_I-\max r_{I\setminus s}$ | Tang et al. App. B eq. 5 |
 | `tang_softmax` | LOO advantage of $f(I)=\sum_{l\in I}p_l r_l$, $p=\mathrm{softmax}(\beta r_I)$ | Tang et al. App. B |
@@ -134,11 +136,14 @@ brute = {
     "maxk:baseline=none": r_tilde,
     "maxk_offpolicy:baseline=none": mean_over_subsets(n, k, lambda I: np.full(k, (1 + delta[list(I)].sum()) * mx(I))),
     "maxk_offpolicy_exact:baseline=none": mean_over_subsets(n, k, lambda I: np.full(k, rho[list(I)].prod() * mx(I))),
-    "maxk": mean_over_subsets(n, k, loo(mx)),
+    "maxk": zscore(r_tilde),
+    "maxk_offpolicy": zscore(mean_over_subsets(n, k, lambda I: np.full(k, (1 + np.clip(delta[list(I)], -1, 1).sum()) * mx(I)))),
+    "maxk_offpolicy_exact": zscore(mean_over_subsets(n, k, lambda I: np.full(k, np.clip(rho[list(I)], 0, 2).prod() * mx(I)))),
+    "maxk:baseline=loo1": mean_over_subsets(n, k, loo(mx)),
     "bon_loo1": mean_over_subsets(n, k, loo(mx)),
     "tang_loo": mean_over_subsets(n, k, loo(mx)),
-    "maxk_offpolicy": mean_over_subsets(n, k, weighted_loo(lambda I: 1 + delta[list(I)].sum())),
-    "maxk_offpolicy_exact": mean_over_subsets(n, k, weighted_loo(lambda I: rho[list(I)].prod())),
+    "maxk_offpolicy:baseline=loo1": mean_over_subsets(n, k, weighted_loo(lambda I: 1 + delta[list(I)].sum())),
+    "maxk_offpolicy_exact:baseline=loo1": mean_over_subsets(n, k, weighted_loo(lambda I: rho[list(I)].prod())),
     "tang_loo_biased": mean_over_subsets(n, k, lambda I: loo(mx)(I) - loo(mx)(I).mean()),
     "tang_leave_p_out:p=2": mean_over_subsets(n, k, leave_p_out),
     "tang_softmax:beta=2.0": mean_over_subsets(n, k, loo(softmax_f)),
