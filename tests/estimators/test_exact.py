@@ -6,9 +6,7 @@ E_{y ~ pi_old^n}[sum_i c_i grad log pi_theta(y_i)] must equal grad_theta max@k(p
 """
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import pathlib
 
 import numpy as np
 import pytest
@@ -16,10 +14,7 @@ import pytest
 from maxk_jax import estimators as E
 from maxk_jax.estimators._exact import SMALL_N, capacity
 
-_SPEC = importlib.util.spec_from_file_location(
-    "estimator_reference", pathlib.Path(__file__).with_name("estimator_reference.py"))
-ref = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(ref)
+import estimator_reference as ref  # noqa: E402  (tests/estimators/conftest.py puts it on sys.path)
 
 WIDTH, BATCH = 10, 24       # same shapes as tests/test_estimators.py: compilations are shared
 

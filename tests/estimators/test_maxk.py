@@ -7,8 +7,6 @@ Float32 results are compared with atol=2e-6, rtol=1e-5 (rewards are O(1)).
 """
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 
 import chex
 import jax
@@ -19,10 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from maxk_jax import estimators as E
 
-_SPEC = importlib.util.spec_from_file_location(
-    "estimator_reference", pathlib.Path(__file__).with_name("estimator_reference.py"))
-ref = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(ref)
+import estimator_reference as ref  # noqa: E402  (tests/estimators/conftest.py puts it on sys.path)
 
 WIDTH, BATCH = 10, 24
 VALUE_SETS = ([0.0, 1.0], [0.0, 0.25, 0.5, 1.0], [-1.0, 0.0, 1.0], [0.1, 0.2, 0.3, 0.7, 0.9, 1.3])

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
-import pathlib
 
 import jax
 import numpy as np
@@ -12,10 +10,7 @@ import pytest
 
 from maxk_jax import estimators as E
 
-_SPEC = importlib.util.spec_from_file_location(
-    "estimator_reference", pathlib.Path(__file__).with_name("estimator_reference.py"))
-ref = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(ref)
+import estimator_reference as ref  # noqa: E402  (tests/estimators/conftest.py puts it on sys.path)
 
 WIDTH, BATCH = 10, 24
 TOL = dict(atol=5e-6, rtol=1e-5)

@@ -1,8 +1,6 @@
 """maxk_jax/estimators/_tang.py: Tang et al. estimators vs brute-force k-subset enumeration."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
@@ -10,10 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from maxk_jax import estimators as E
 
-_SPEC = importlib.util.spec_from_file_location(
-    "estimator_reference", pathlib.Path(__file__).with_name("estimator_reference.py"))
-ref = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(ref)
+import estimator_reference as ref  # noqa: E402  (tests/estimators/conftest.py puts it on sys.path)
 
 WIDTH, BATCH = 10, 24
 TOL = dict(atol=2e-6, rtol=1e-5)
