@@ -64,13 +64,13 @@ def _step_metadata(step_dir: str) -> dict[str, Any]:
 
 def restore_params(state_dir: str | os.PathLike, abstract_params: Any) -> Any:
     """Read only the ``params`` subtree of an orbax state item onto `abstract_params`
-    (ShapeDtypeStructs; placed on their ``sharding`` or the first device, cast to their dtype)."""
+    (ShapeDtypeStructs; placed on their ``sharding`` or this process's first local device, cast to their dtype)."""
     state_dir = os.fspath(state_dir)
     tree = ocp.StandardCheckpointer().metadata(state_dir).item_metadata.tree
     if not isinstance(tree, dict) or "params" not in tree:
         keys = sorted(tree) if isinstance(tree, dict) else type(tree).__name__
         raise ValueError(f"orbax state {state_dir!r} has no top-level 'params' entry (found {keys})")
-    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = {"params": jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=getattr(a, "sharding", None) or default),
         abstract_params)}
