@@ -139,7 +139,11 @@ def train_args(ckpt: str, problems: str, out_dir, resume: bool = False) -> list[
             f"--config.data.problems={problems}", "--config.rollout.prompts=4", "--config.rollout.n=2",
             "--config.rollout.max_new_tokens=10", "--config.rollout.executor=embedded:1", "--config.algo.k=2",
             "--config.algo.ppo_iterations=2", "--config.max_steps=2", "--config.checkpoint.interval=1",
-            "--config.log.tensorboard=false", "--config.mesh.data=-1"] + (["--resume"] if resume else [])
+            "--config.log.tensorboard=false", "--config.mesh.data=-1",
+            # in-loop evaluation at step 2: 3 problems in one sampling group, split 2 + 1
+            "--config.eval.interval=2", "--config.eval.dataset=", f"--config.eval.problems={problems}",
+            "--config.eval.limit=3", "--config.eval.n=2", "--config.eval.ks=1,2",
+            "--config.eval.max_new_tokens=8"] + (["--resume"] if resume else [])
 
 
 def close(a: float, b: float) -> bool:
@@ -175,6 +179,9 @@ def test_train_on_two_processes_matches_one_process_and_resumes(tiny_ckpt, probl
         assert "samples/judged_host1" not in a
         assert b["samples/judged_host0"] == b["samples/judged_host1"] == b["samples/judged"] / 2 == 4
     assert sorted(os.listdir(two / "checkpoints")) == ["1", "2"]
+    assert "eval/max_at_k/2" in multi[1] and "eval/max_at_k/2" not in multi[0]
+    report = "eval/step_2/per_problem.jsonl"
+    assert (one / report).read_bytes() == (two / report).read_bytes()   # written once, by process 0
 
     # Resume on the cluster from the step-1 checkpoint: step 2 is redone and logged again.
     shutil.rmtree(two / "checkpoints" / "2")
@@ -190,6 +197,7 @@ def eval_cluster_flags(port: int, i: int) -> list[str]:
     return ["--distributed", f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"]
 
 
+@pytest.mark.slow   # ~2 more minutes of process start-up and compilation under load
 def test_evaluate_on_two_processes_writes_the_files_of_one_process(tiny_ckpt, problems_file, tmp_path,
                                                                    compile_cache):
     # 5 problems, 2 per sampler call: groups (0, 1), (2, 3), (4); the second host has no problem
