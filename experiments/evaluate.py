@@ -18,6 +18,10 @@ appended as problems finish), and at the end summary.json, table.md and curves.p
 problems are skipped (a torn last line is dropped), and the final files are identical to those
 of an uninterrupted run. A run whose settings differ from run_config.json is refused unless
 --overwrite is given (which discards the old results).
+
+Multi-host: start the same command on every host with --distributed (plus --coordinator_address,
+--num_processes, --process_id unless the cluster is auto-detected); each host samples and judges
+its share of every sampling group, process 0 writes --out_dir (README "Multi-host").
 """
 from __future__ import annotations
 
