@@ -285,8 +285,8 @@ def stop_id_array(eos_id: int | Sequence[int] | None, vocab: int) -> np.ndarray:
 
 def _check_prompts(prompts: Sequence[Sequence[int]], config: qwen2.Qwen2Config,
                    max_new_tokens: int, allow_empty: bool = False) -> list[list[int]]:
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not (
-            prompts or (allow_empty and isinstance(prompts, Sequence))):
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or (
+            not prompts and not allow_empty):
         raise ValueError(f"prompts must be a non-empty list of token-id lists, got {prompts!r:.80}")
     limit = config.max_position_embeddings - max_new_tokens
     out = []
@@ -447,7 +447,7 @@ def _generate_host_block(config: qwen2.Qwen2Config, params: Params, prompts: lis
     if tuple(getattr(key, "shape", ()))[:2] != (num_p, n):
         raise ValueError(f"on a mesh spanning processes, key must be this host's per-sample key array "
                          f"of shape (P, n) = {(num_p, n)}, got {getattr(key, 'shape', key)!r}")
-    keys = _sample_keys(key, num_p, n) if num_p else None
+    keys = _sample_keys(key, num_p, n)   # [P_h, n]; P_h may be 0
     _, count = multihost.batch_block(mesh)
     sizes = multihost.allgather_objects([num_p, max((len(p) for p in prompts), default=1)])
     max_p, max_len = max(max(s[0] for s in sizes), 1), max(s[1] for s in sizes)
@@ -456,12 +456,9 @@ def _generate_host_block(config: qwen2.Qwen2Config, params: Params, prompts: lis
     tokens, mask = pad_prompts(prompts, tp, pb, pad_id)
     lens = np.repeat(mask.sum(axis=1).astype(np.int32), n)
     dummy = np.repeat(np.arange(pb) >= num_p, n)
-    if keys is not None:
-        raw = np.asarray(jax.random.key_data(keys)).reshape((num_p * n,) + jax.random.key_data(keys).shape[2:])
-        impl = jax.random.key_impl(keys)
-    else:
-        impl = jax.random.key_impl(jax.random.key(0))
-        raw = np.zeros((0,) + jax.random.key_data(jax.random.key(0)).shape, np.uint32)
+    impl = jax.random.key_impl(keys)
+    raw = np.asarray(jax.random.key_data(keys))
+    raw = raw.reshape((num_p * n,) + raw.shape[2:])
     # Dummy rows (never sampled) reuse the first key, or zeros on a host without prompts.
     filler = raw[:1] if num_p else np.zeros((1,) + raw.shape[1:], np.uint32)
     raw = np.concatenate([raw, np.repeat(filler, (pb - num_p) * n, axis=0)])
