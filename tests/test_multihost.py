@@ -221,3 +221,49 @@ def test_evaluate_on_two_processes_writes_the_files_of_one_process(tiny_ckpt, pr
             a, b = json.loads(a), json.loads(b)
         assert a == b, name
     assert len((two / "per_problem.jsonl").read_text().splitlines()) == 5
+
+
+# ------------------------------------------------------------------ evaluation split ---------
+
+class _FakeJudge:
+    """Reward 1 for the program "print(input())", else 0 (one test); no sandbox."""
+
+    def judge(self, subs):
+        out = []
+        for s in subs:
+            ok = s["code"].strip() == "print(input())"
+            out.append({"id": s["id"], "status": "ok", "reward": float(ok), "passed": int(ok), "total": 1,
+                        "tests": [{"verdict": "AC" if ok else "WA"}]})
+        return out
+
+
+def test_evaluation_splits_every_group_across_hosts_and_calls_the_source_on_every_host():
+    from maxk_jax.evaluation import StaticCompletionSource, run_evaluation
+
+    problems = [echo_problem(i) for i in range(5)]
+    texts = {p.id: ["```python\nprint(input())\n```", f"```python\nprint({i})\n```"]
+             for i, p in enumerate(problems)}
+
+    def run(host):
+        calls = []
+        static = StaticCompletionSource(texts)
+
+        def source(batch, keys, first):
+            calls.append([p.id for p in batch])
+            return static(batch, keys, first)
+
+        judge = multihost.JudgeCounter(_FakeJudge())
+        result = run_evaluation(problems, source, executor=judge, n=2, key=jax.random.key(0), batch_size=4,
+                                progress=False, host=host)
+        return {r.index: r.to_json() for r in result.problems}, calls, judge.count
+
+    whole, whole_calls, whole_judged = run((0, 1))
+    first, first_calls, first_judged = run((0, 2))
+    second, second_calls, second_judged = run((1, 2))
+    assert sorted(first) == [0, 2, 4] and sorted(second) == [1, 3]   # groups (0,1), (2,3), (4)
+    assert {**first, **second} == whole
+    assert len(first_calls) == len(second_calls) == len(whole_calls) == 3   # lock-step sampler calls
+    assert second_calls[-1] == []                                          # its empty share of (4,)
+    assert (first_judged, second_judged, whole_judged) == (6, 4, 10)        # each judges its own
+    with pytest.raises(ValueError, match="host must be"):
+        run((2, 2))
