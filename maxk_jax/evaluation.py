@@ -375,7 +375,8 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     source is called even for an empty part, so a sampler's collectives line up), judges only its
     own completions, and the new results of all hosts are exchanged after each group
     (``multihost.allgather_objects``), so every host returns the same `EvalResult` and
-    `on_result` sees every result in index order. ``done`` is taken from process 0.
+    `on_result` sees every result in index order. ``done`` is taken from process 0. With
+    ``count == 1`` no collective is issued (each process evaluates everything on its own).
     """
     problems = list(problems)
     if not problems:
@@ -392,7 +393,7 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     index, count = host
     if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
         raise ValueError(f"host must be (index, count) with 0 <= index < count, got {host!r}")
-    if jax.process_count() > 1:   # every host resumes from process 0's finished results
+    if count > 1:   # every host resumes from process 0's finished results
         from maxk_jax.multihost import broadcast_object
 
         done = [ProblemResult.from_json(r) for r in broadcast_object([r.to_json() for r in done])]
@@ -405,7 +406,7 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
 
     def collect(future: concurrent.futures.Future) -> None:
         new = future.result()
-        if jax.process_count() > 1:   # every host's new results, merged in index order
+        if count > 1:   # every host's new results, merged in index order
             from maxk_jax.multihost import allgather_objects
 
             merged = {}
