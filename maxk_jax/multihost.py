@@ -153,6 +153,19 @@ def allgather_objects(obj: Any) -> list[Any]:
     return [json.loads(every[i, :int(n)].tobytes().decode("utf-8")) for i, n in enumerate(sizes)]
 
 
+def allgather_blocks(obj: Any, mesh: Mesh | None) -> list[Any]:
+    """One ``obj`` per batch block, in block order (a collective over all processes when the batch
+    is split across them; ``[obj]`` otherwise). Processes holding the same block (a batch
+    replicated across processes) contribute it once."""
+    index, count = batch_block(mesh)
+    if count == 1:
+        return [obj]
+    by_block: dict[int, Any] = {}
+    for block, value in allgather_objects([index, obj]):
+        by_block.setdefault(int(block), value)
+    return [by_block[i] for i in range(count)]
+
+
 def broadcast_object(obj: Any) -> Any:
     """Process 0's ``obj`` on every process (a collective; JSON-serialisable)."""
     return allgather_objects(obj)[0]

@@ -420,7 +420,7 @@ def _one_step(cfg: ConfigDict, step: int, total: int, problems: Sequence[Problem
     judge = multihost.JudgeCounter(executor)   # counts what THIS host's judge receives
     ro = rollout_lib.collect(model_config, state.params, tokenizer, batch_problems,
                              judge, settings, key, mesh=mesh)     # this host's share only
-    everyone = rollout_lib.gather_rollout(ro)   # metrics inputs of all hosts, in problem order
+    everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
     metrics = rollout_lib.rollout_metrics(everyone, train_ks(cfg))
     judged = multihost.allgather_objects(judge.count)
     metrics.update({f"samples/judged_host{i}": float(c) for i, c in enumerate(judged)})

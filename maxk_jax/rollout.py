@@ -227,11 +227,12 @@ def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Any, problems: Se
                    sample_seconds=sample_s, judge_seconds=judge_s)
 
 
-def gather_rollout(ro: Rollout) -> Rollout:
-    """The rollout of ALL hosts (a collective; identity with one process): per-problem arrays and
-    lists concatenated in host order (= problem order), counts summed, seconds the slowest
-    host's. ``batch`` stays this host's block (the global batch is ``multihost.global_batch``)."""
-    if jax.process_count() == 1:
+def gather_rollout(ro: Rollout, mesh: jax.sharding.Mesh | None = None) -> Rollout:
+    """The rollout of ALL hosts of ``collect(..., mesh=mesh)`` (a collective; identity when the
+    batch is not split across processes): per-problem arrays and lists concatenated in block order
+    (= problem order), counts summed, seconds the slowest block's. ``batch`` stays this host's
+    block (the global batch is ``multihost.global_batch``)."""
+    if multihost.batch_block(mesh)[1] == 1:
         return ro
     changes: dict[str, Any] = {}
     for field in dataclasses.fields(ro):
@@ -239,16 +240,16 @@ def gather_rollout(ro: Rollout) -> Rollout:
         if isinstance(value, training.Batch):
             continue
         if isinstance(value, np.ndarray):
-            parts = multihost.allgather_objects(value.tolist())
+            parts = multihost.allgather_blocks(value.tolist(), mesh)
             changes[field.name] = np.concatenate([np.asarray(p, value.dtype).reshape((-1,) + value.shape[1:])
                                                   for p in parts])
         elif isinstance(value, list):
-            parts = multihost.allgather_objects([list(x) if isinstance(x, tuple) else x for x in value])
+            parts = multihost.allgather_blocks([list(x) if isinstance(x, tuple) else x for x in value], mesh)
             changes[field.name] = [tuple(x) if isinstance(x, list) else x for p in parts for x in p]
         elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            changes[field.name] = int(sum(multihost.allgather_objects(int(value))))
+            changes[field.name] = int(sum(multihost.allgather_blocks(int(value), mesh)))
         elif isinstance(value, float):
-            changes[field.name] = float(max(multihost.allgather_objects(value)))
+            changes[field.name] = float(max(multihost.allgather_blocks(value, mesh)))
         else:
             raise TypeError(f"gather_rollout does not know how to combine Rollout.{field.name} "
                             f"({type(value).__name__})")

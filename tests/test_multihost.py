@@ -41,6 +41,7 @@ def test_single_process_helpers_are_identities():
     assert multihost.host_share(list("abc"), None) == list("abc")
     assert multihost.allgather_objects({"a": [1.5, float("nan")]})[0]["a"][0] == 1.5
     assert multihost.broadcast_object([3]) == [3]
+    assert multihost.allgather_blocks({"x": 1}, mesh) == [{"x": 1}]
     x = np.arange(4 * len(jax.devices()) * 3).reshape(-1, 3)
     g = multihost.global_batch(x, mesh)
     assert g.sharding == sharding.batch_sharding(mesh, 2)
