@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from typing import Callable, Optional
 
 import jax
 import numpy as np
@@ -101,7 +102,7 @@ def free_port() -> int:
 
 
 def start(module: str, args: list[str], *, processes: int, devices: int, cache: str,
-          distributed: "callable") -> list[subprocess.Popen]:
+          distributed: Optional[Callable[[int, int], list[str]]]) -> list[subprocess.Popen]:
     """Start ``processes`` processes of ``python -m module`` with ``devices`` CPU devices each;
     ``distributed(port, process_id)`` gives the extra flags of a multi-process launch."""
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
