@@ -200,7 +200,7 @@ def eval_cluster_flags(port: int, i: int) -> list[str]:
     return ["--distributed", f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"]
 
 
-@pytest.mark.slow   # +40 s after the train test (shared compile cache) at load 10; ~2 min alone
+@pytest.mark.slow   # 35-57 s at load ~10 (the train test above already takes 145-210 s there)
 def test_evaluate_on_two_processes_writes_the_files_of_one_process(tiny_ckpt, problems_file, tmp_path,
                                                                    compile_cache):
     # 5 problems, 2 per sampler call: groups (0, 1), (2, 3), (4); the second host has no problem
