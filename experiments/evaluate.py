@@ -20,6 +20,10 @@ summary.json, table.md and curves.png (see
 problems are skipped (a torn last line is dropped), and the final files are identical to those
 of an uninterrupted run. A run whose settings differ from run_config.json is refused unless
 --overwrite is given (which discards the old results).
+
+Multi-host: start the same command on every host with --distributed (plus --coordinator_address,
+--num_processes, --process_id unless the cluster is auto-detected); each host samples and judges
+its share of every sampling group, process 0 writes --out_dir (README "Multi-host").
 """
 from __future__ import annotations
 
@@ -70,7 +74,13 @@ flags.DEFINE_integer("sandbox_retries", 2, "Re-judge a sample with status sandbo
 flags.DEFINE_bool("fail_on_excluded", False, "Stop with an error instead of excluding unjudgeable samples.")
 flags.DEFINE_bool("keep_completions", False, "Also store the completion texts in per_problem.jsonl.")
 flags.DEFINE_string("mesh", "", "Shard sampling over devices: 'data,fsdp,tensor' sizes (e.g. '-1,1,1'); "
-                    "empty = single device.")
+                    "empty = single device (multi-host: '-1,1,1', all devices of all hosts).")
+flags.DEFINE_bool("distributed", False, "Multi-host: call jax.distributed.initialize first (one process per host; "
+                  "problems are split across hosts, process 0 writes the files). Without --coordinator_address "
+                  "the cluster is auto-detected (Cloud TPU / SLURM / k8s).")
+flags.DEFINE_string("coordinator_address", "", "Multi-host: host:port of process 0's coordinator service.")
+flags.DEFINE_integer("num_processes", 1, "Multi-host: number of processes (with --coordinator_address).")
+flags.DEFINE_integer("process_id", 0, "Multi-host: this process's id in [0, num_processes).")
 flags.DEFINE_bool("overwrite", False, "Discard existing results in --out_dir instead of resuming.")
 flags.DEFINE_bool("progress", True, "Show a tqdm progress bar.")
 flags.mark_flags_as_required(["checkpoint", "out_dir", "seed"])
@@ -143,34 +153,35 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     _check_flags()
+    import contextlib
+
     import jax
     import jax.numpy as jnp
 
-    from maxk_jax import eval_report
+    from maxk_jax import eval_report, multihost, sharding
     from maxk_jax.data.prompts import DEFAULT_SYSTEM_PROMPT
     from maxk_jax.eval_checkpoint import generation_eos_ids, load_model
     from maxk_jax.evaluation import ModelCompletionSource, check_ks, default_eos_ids, default_ks, run_evaluation
     from maxk_jax.execution.client import make_executor
     from maxk_jax.models.tokenizer import load_tokenizer
 
+    kwargs = ({"coordinator_address": FLAGS.coordinator_address, "num_processes": FLAGS.num_processes,
+               "process_id": FLAGS.process_id} if FLAGS.coordinator_address else {})
+    sharding.maybe_initialize_distributed(FLAGS.distributed, **kwargs)   # before jax sees its devices
+    lead = jax.process_index() == 0
     problems, dataset = _problems()
     ks = check_ks(_int_list(FLAGS.ks, "ks"), FLAGS.n) if FLAGS.ks else default_ks(FLAGS.n)
+    mesh_flag = FLAGS.mesh or ("-1,1,1" if jax.process_count() > 1 else "")
+    mesh = sharding.make_mesh(*_int_list(mesh_flag.split(","), "mesh")) if mesh_flag else None
     model = load_model(FLAGS.checkpoint, step=FLAGS.step, model_dir=FLAGS.model_dir, tokenizer_dir=FLAGS.tokenizer,
-                       dtype=jnp.bfloat16 if FLAGS.dtype == "bfloat16" else jnp.float32)
+                       dtype=jnp.bfloat16 if FLAGS.dtype == "bfloat16" else jnp.float32, mesh=mesh)
     tokenizer = load_tokenizer(model.tokenizer_dir)
     hf_dir = model.description.get("model_dir", model.description["checkpoint"])
     eos = _int_list(FLAGS.eos_id, "eos_id") or default_eos_ids(model.config, tokenizer, generation_eos_ids(hf_dir))
     render_kwargs = {"system_prompt": DEFAULT_SYSTEM_PROMPT if FLAGS.system_prompt is None else FLAGS.system_prompt,
                      "chat": {"auto": None, "true": True, "false": False}[FLAGS.chat],
                      "use_upstream_prompt": FLAGS.use_upstream_prompt}
-    generate_kwargs, params = {}, model.params
-    if FLAGS.mesh:
-        from maxk_jax import sharding
-        from maxk_jax.models import qwen2
-
-        mesh = sharding.make_mesh(*_int_list(FLAGS.mesh.split(","), "mesh"))
-        params = sharding.shard_params(params, mesh, qwen2.logical_axes(model.config))
-        generate_kwargs["mesh"] = mesh
+    generate_kwargs, params = ({} if mesh is None else {"mesh": mesh}), model.params   # params already on mesh
     source = ModelCompletionSource(model.config, params, tokenizer, max_new_tokens=FLAGS.max_new_tokens,
                                    temperature=FLAGS.temperature, top_p=FLAGS.top_p, top_k=FLAGS.top_k, eos_id=eos,
                                    render_kwargs=render_kwargs, generate_kwargs=generate_kwargs)
@@ -185,8 +196,33 @@ def main(argv: list[str]) -> None:
               "render_kwargs": render_kwargs, "keep_completions": FLAGS.keep_completions, "dtype": FLAGS.dtype,
               "batch_size": FLAGS.batch_size, "executor": FLAGS.executor, "sandbox_retries": FLAGS.sandbox_retries,
               "fail_on_excluded": FLAGS.fail_on_excluded}
-    os.makedirs(out_dir, exist_ok=True)
     jsonl = os.path.join(out_dir, eval_report.PER_PROBLEM)
+    # Multi-host: process 0 owns out_dir (reads the finished results, writes every file); the other
+    # hosts get its finished results inside run_evaluation and write nothing.
+    if lead:
+        done = _prepare_out_dir(out_dir, jsonl, config)
+    else:
+        done = []
+    with make_executor(FLAGS.executor) as executor, \
+            (eval_report.ResultLog(jsonl) if lead else contextlib.nullcontext()) as log:
+        result = run_evaluation(problems, source, executor=executor, n=FLAGS.n, key=jax.random.key(FLAGS.seed),
+                                ks=ks, batch_size=FLAGS.batch_size, sandbox_retries=FLAGS.sandbox_retries,
+                                fail_on_excluded=FLAGS.fail_on_excluded, keep_completions=FLAGS.keep_completions,
+                                done=done, on_result=log.append if lead else None, config=config,
+                                progress=FLAGS.progress and lead, host=multihost.batch_block(mesh))
+    if not lead:
+        return
+    paths = eval_report.write_report(result, out_dir, name=run_name)
+    logging.info("wrote %s", paths)
+    with open(paths["table"], encoding="utf-8") as f:
+        print(f.read())
+
+
+def _prepare_out_dir(out_dir: str, jsonl: str, config: dict) -> list:
+    """--overwrite / resume check, then run_config.json; returns the finished results to skip."""
+    from maxk_jax import eval_report
+
+    os.makedirs(out_dir, exist_ok=True)
     if FLAGS.overwrite:
         for name in (eval_report.PER_PROBLEM, eval_report.SUMMARY, eval_report.TABLE, eval_report.CURVES,
                      eval_report.RUN_CONFIG):
@@ -194,18 +230,10 @@ def main(argv: list[str]) -> None:
                 os.remove(os.path.join(out_dir, name))
     resume = eval_report.check_resumable(out_dir, config, RESULT_KEYS)
     done = eval_report.read_results(jsonl, repair=True) if resume and os.path.exists(jsonl) else []
-    logging.info("%s: %d of %d problems already done", out_dir, len(done), len(problems))
+    logging.info("%s: %d of %d problems already done", out_dir, len(done), config["num_problems"])
     eval_report.atomic_write(os.path.join(out_dir, eval_report.RUN_CONFIG),
                              (json.dumps(config, indent=2, allow_nan=False) + "\n").encode("utf-8"))
-    with make_executor(FLAGS.executor) as executor, eval_report.ResultLog(jsonl) as log:
-        result = run_evaluation(problems, source, executor=executor, n=FLAGS.n, key=jax.random.key(FLAGS.seed),
-                                ks=ks, batch_size=FLAGS.batch_size, sandbox_retries=FLAGS.sandbox_retries,
-                                fail_on_excluded=FLAGS.fail_on_excluded, keep_completions=FLAGS.keep_completions,
-                                done=done, on_result=log.append, config=config, progress=FLAGS.progress)
-    paths = eval_report.write_report(result, out_dir, name=run_name)
-    logging.info("wrote %s", paths)
-    with open(paths["table"], encoding="utf-8") as f:
-        print(f.read())
+    return done
 
 
 if __name__ == "__main__":

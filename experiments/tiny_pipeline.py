@@ -362,6 +362,7 @@ def rl_config(cfg: ConfigDict, model_path: str, out_dir: str, train_path: Option
     rl.output_dir = out_dir
     rl.model.path = model_path
     rl.rollout.executor = cfg.executor
+    rl.distributed = ConfigDict(cfg.distributed.to_dict())
     if cfg.data.dataset == "synthetic":
         rl.data.update(problems=train_path, dataset="")
         rl.data.prompt_format = "full" if cfg.model.path else "statement"
@@ -403,32 +404,48 @@ def eval_settings(cfg: ConfigDict, model_config: Any, tokenizer: Any) -> Any:
 
 def evaluate_model(cfg: ConfigDict, model_config: Any, params: Any, tokenizer: Any, problems: Sequence[Problem],
                    executor: Any, out_dir: str, name: str, *, progress: bool = True,
-                   ks: Sequence[int] | None = None) -> Any:
+                   mesh: Optional[jax.sharding.Mesh] = None, ks: Sequence[int] | None = None) -> Any:
     """n samples per problem (key ``eval.seed``: the same sample keys for every model), judged;
-    writes the `maxk_jax.eval_report` files to `out_dir` and returns the `EvalResult`.
-    ks: the k values of the tables (default 1, 2, 4, ..., n)."""
+    writes the `maxk_jax.eval_report` files to `out_dir` (process 0) and returns the `EvalResult`.
+    ``mesh`` (multi-host: params on it): the problems are split across hosts. ks: the k values of
+    the tables (default 1, 2, 4, ..., n)."""
+    from maxk_jax.multihost import batch_block
+
     from maxk_jax.eval_report import write_report
     from maxk_jax.evaluation import default_ks, run_evaluation
     from maxk_jax.rollout import PromptCompletionSource
 
     settings = eval_settings(cfg, model_config, tokenizer)
-    source = PromptCompletionSource(model_config, params, tokenizer, settings)
+    source = PromptCompletionSource(model_config, params, tokenizer, settings, mesh)
     run_cfg = {"run_name": name, "n": cfg.eval.n, "seed": cfg.eval.seed, "temperature": cfg.eval.temperature,
                "top_p": cfg.eval.top_p, "top_k": cfg.eval.top_k, "max_new_tokens": cfg.eval.max_new_tokens,
                "prompt_format": settings.prompt_format, "dataset": cfg.data.dataset}
     result = run_evaluation(problems, source, executor=executor, n=cfg.eval.n, key=jax.random.key(cfg.eval.seed),
                             ks=default_ks(cfg.eval.n) if ks is None else tuple(ks),
                             batch_size=cfg.eval.batch_size, progress=progress,
-                            config=run_cfg)
-    write_report(result, out_dir, name=name)
+                            config=run_cfg, host=batch_block(mesh))
+    if jax.process_index() == 0:
+        write_report(result, out_dir, name=name)
     return result
 
 
-def load_trained(rl_dir: str, model_path: str) -> Any:
-    """The final RL checkpoint (`maxk_jax.eval_checkpoint.LoadedModel`)."""
+def load_trained(rl_dir: str, model_path: str, mesh: Optional[jax.sharding.Mesh] = None) -> Any:
+    """The final RL checkpoint (`maxk_jax.eval_checkpoint.LoadedModel`; params on `mesh` if given)."""
     from maxk_jax.eval_checkpoint import load_model
 
-    return load_model(os.path.join(rl_dir, "checkpoints"), model_dir=model_path)
+    return load_model(os.path.join(rl_dir, "checkpoints"), model_dir=model_path, mesh=mesh)
+
+
+def lead_first(fn: Callable[[], Any], name: str) -> Any:
+    """Multi-host: process 0 runs ``fn`` (e.g. builds a cache on shared storage), the others wait
+    and then run it too (reusing that cache, or building their own without shared storage)."""
+    if jax.process_count() == 1:
+        return fn()
+    from jax.experimental import multihost_utils
+
+    out = fn() if jax.process_index() == 0 else None
+    multihost_utils.sync_global_devices(name)
+    return out if jax.process_index() == 0 else fn()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -468,21 +485,29 @@ def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = T
     """Run every phase (module docstring) and return ``{"run_dir", "report", "curves", "timings",
     "comparison"}``. ValueError for bad settings before anything is built; an existing run
     directory is refused unless `overwrite`."""
-    from maxk_jax import rl_loop
+    from maxk_jax import rl_loop, sharding
     from maxk_jax.eval_compare import compare_runs, write_comparison
     from maxk_jax.execution.client import make_executor
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer
 
+    rl_loop.initialize_distributed(cfg)   # before anything asks jax for its devices
     validate(cfg)
+    lead = jax.process_index() == 0       # multi-host: process 0 owns the run directory
+    multi = jax.process_count() > 1
     run_dir = os.path.abspath(os.path.join(cfg.runs_dir, cfg.name))
-    if os.path.exists(run_dir):
-        if not overwrite:
-            raise ValueError(f"run directory {run_dir!r} exists; pass --overwrite or another --name")
-        shutil.rmtree(run_dir)
-    os.makedirs(run_dir)
+    if lead:
+        if os.path.exists(run_dir):
+            if not overwrite:
+                raise ValueError(f"run directory {run_dir!r} exists; pass --overwrite or another --name")
+            shutil.rmtree(run_dir)
+        os.makedirs(run_dir)
+        write_json(os.path.join(run_dir, "pipeline_config.json"), cfg.to_dict())
+    if multi:   # the other hosts start once the run directory is in place
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("tiny_pipeline run_dir")
     cache_root = os.path.abspath(os.path.join(cfg.runs_dir, "_cache"))
-    write_json(os.path.join(run_dir, "pipeline_config.json"), cfg.to_dict())
     load = {"start": [round(x, 2) for x in os.getloadavg()]}
     timer = PhaseTimer()
     own_executor = executor is None
@@ -491,13 +516,14 @@ def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = T
     try:
         train_path, test, base = None, None, {}
         if cfg.data.dataset == "synthetic":
-            train_path, train, test = timer.run("data", lambda: prepare_data(cfg, cache_root))
+            train_path, train, test = timer.run("data", lambda: lead_first(
+                lambda: prepare_data(cfg, cache_root), "tiny_pipeline data"))
         if cfg.model.path:
             model_path = os.path.abspath(cfg.model.path)
             base = {"description": f"HF checkpoint {model_path}"}
         else:
-            model_path, base, cached = timer.run("base (tokenizer + model + warm-up)",
-                                                 lambda: prepare_base(cfg, train, cache_root, progress=progress))
+            model_path, base, cached = timer.run("base (tokenizer + model + warm-up)", lambda: lead_first(
+                lambda: prepare_base(cfg, train, cache_root, progress=progress), "tiny_pipeline base"))
             base = dict(base, description=(
                 f"tiny Qwen2, {base['param_count']:,} parameters, vocab {base['vocab_size']}, warm-up "
                 f"{cfg.warmup.steps} steps (NLL {base['loss_first']:.2f} -> {base['loss_last50']:.3f}); "
@@ -506,20 +532,27 @@ def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = T
         rcfg = rl_config(cfg, model_path, rl_dir, train_path)
         rl_record = timer.run("rl", lambda: rl_loop.run(rcfg, executor=judge, progress=progress))
         tokenizer = load_tokenizer(model_path)
-        model_config, base_params = convert.load_hf(model_path)
+        # One process: a single device, as always. Multi-host: params on the RL mesh, problems
+        # split across hosts (evaluate_model).
+        mesh = (sharding.make_mesh(rcfg.mesh.data, rcfg.mesh.fsdp, rcfg.mesh.tensor) if multi else None)
+        model_config, base_params = convert.load_hf(model_path, mesh=mesh)
         problems = eval_problems(cfg, test, tokenizer)
         base_result = timer.run("eval base", lambda: evaluate_model(
             cfg, model_config, base_params, tokenizer, problems, judge, os.path.join(run_dir, "base"), "base",
-            progress=progress))
-        trained = load_trained(rl_dir, model_path)
+            progress=progress, mesh=mesh))
+        trained = load_trained(rl_dir, model_path, mesh)
         trained_result = timer.run("eval trained", lambda: evaluate_model(
             cfg, model_config, trained.params, tokenizer, problems, judge, os.path.join(run_dir, "trained"),
-            f"trained ({cfg.rl.algo.estimator})", progress=progress))
+            f"trained ({cfg.rl.algo.estimator})", progress=progress, mesh=mesh))
         comparison = compare_runs([base_result, trained_result], ["base", f"trained ({cfg.rl.algo.estimator})"])
-        paths = write_comparison(comparison, run_dir, title=f"{cfg.name}: base vs {cfg.rl.algo.estimator}")
+        if lead:
+            paths = write_comparison(comparison, run_dir, title=f"{cfg.name}: base vs {cfg.rl.algo.estimator}")
     finally:
         if own_executor:
             judge.close()
+    if not lead:
+        return {"run_dir": run_dir, "report": None, "curves": None, "timings": timer.phases,
+                "comparison": comparison}
     load["end"] = [round(x, 2) for x in os.getloadavg()]
     report = os.path.join(run_dir, "report.md")
     with open(report, "w", encoding="utf-8") as f:

@@ -93,12 +93,12 @@ def _check_json_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def _abstract_leaf(leaf: Any) -> Any:
-    """Array -> ShapeDtypeStruct keeping its sharding; sharding-less structs -> default device."""
+    """Array -> ShapeDtypeStruct keeping its sharding; sharding-less structs -> this process's first local device."""
     if isinstance(leaf, jax.Array):
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
     if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None:
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
-                                    sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+                                    sharding=jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
     return leaf
 
 
@@ -190,7 +190,7 @@ class Checkpointer:
         ``abstract_state`` is the target structure: a pytree of ``jax.ShapeDtypeStruct`` (with
         ``sharding``; e.g. ``jax.eval_shape`` output with shardings attached) or of concrete
         arrays (their shardings are used).  Each leaf is restored onto that sharding; structs
-        without a sharding go to the default device.  Raises CheckpointNotFoundError (a
+        without a sharding go to this process's first local device.  Raises CheckpointNotFoundError (a
         FileNotFoundError and ValueError) when there is nothing to restore.  Waits for this
         object's pending async save first, then re-reads the step list from disk.
         """

@@ -64,13 +64,13 @@ def _step_metadata(step_dir: str) -> dict[str, Any]:
 
 def restore_params(state_dir: str | os.PathLike, abstract_params: Any) -> Any:
     """Read only the ``params`` subtree of an orbax state item onto `abstract_params`
-    (ShapeDtypeStructs; placed on their ``sharding`` or the first device, cast to their dtype)."""
+    (ShapeDtypeStructs; placed on their ``sharding`` or this process's first local device, cast to their dtype)."""
     state_dir = os.fspath(state_dir)
     tree = ocp.StandardCheckpointer().metadata(state_dir).item_metadata.tree
     if not isinstance(tree, dict) or "params" not in tree:
         keys = sorted(tree) if isinstance(tree, dict) else type(tree).__name__
         raise ValueError(f"orbax state {state_dir!r} has no top-level 'params' entry (found {keys})")
-    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = {"params": jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=getattr(a, "sharding", None) or default),
         abstract_params)}
@@ -91,12 +91,15 @@ def restore_params(state_dir: str | os.PathLike, abstract_params: Any) -> Any:
 
 
 def load_model(checkpoint: str | os.PathLike, *, step: Optional[int] = None, model_dir: Optional[str] = None,
-               tokenizer_dir: Optional[str] = None, dtype: Any = jnp.float32) -> LoadedModel:
+               tokenizer_dir: Optional[str] = None, dtype: Any = jnp.float32,
+               mesh: Optional[jax.sharding.Mesh] = None) -> LoadedModel:
     """Load `checkpoint` (HF directory or orbax checkpoint root / step directory) for evaluation.
 
     step: orbax step (None = latest). model_dir: HF directory giving config.json (and tokenizer)
     for orbax checkpoints (default: metadata["model_dir"]). tokenizer_dir: overrides where the
-    tokenizer is read from. dtype: parameter dtype. ValueError names whatever is missing.
+    tokenizer is read from. dtype: parameter dtype. mesh: place the params straight onto
+    ``sharding.param_shardings`` of that mesh (needed on a mesh spanning processes; default:
+    this process's first local device). ValueError names whatever is missing.
     """
     path = os.path.abspath(os.fspath(checkpoint))
     if not os.path.isdir(path):
@@ -104,7 +107,7 @@ def load_model(checkpoint: str | os.PathLike, *, step: Optional[int] = None, mod
     if is_hf_dir(path):
         if step is not None:
             raise ValueError(f"step={step} given but {path!r} is a Hugging Face directory, not an orbax checkpoint")
-        config, params = convert.load_hf(path, dtype)
+        config, params = convert.load_hf(path, dtype, mesh=mesh)
         return LoadedModel(config, params, tokenizer_dir or path, {"kind": "hf", "checkpoint": path})
     root, step = _split_orbax_path(path, step)
     try:
@@ -135,7 +138,14 @@ def load_model(checkpoint: str | os.PathLike, *, step: Optional[int] = None, mod
     if name is None:
         raise ValueError(f"unsupported dtype {dtype}; expected one of {sorted(qwen2.DTYPES)}")
     config = qwen2.Qwen2Config.from_json_file(os.path.join(model_dir, "config.json"), dtype=name, param_dtype=name)
-    params = restore_params(os.path.join(step_dir, "state"), qwen2.abstract_params(config))
+    abstract = qwen2.abstract_params(config)
+    if mesh is not None:
+        from maxk_jax import sharding
+
+        shardings = sharding.param_shardings(mesh, qwen2.logical_axes(config), abstract)
+        abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                abstract, shardings)
+    params = restore_params(os.path.join(step_dir, "state"), abstract)
     return LoadedModel(config, params, tokenizer_dir or model_dir,
                        {"kind": "orbax", "checkpoint": root, "step": step, "model_dir": model_dir})
 

@@ -333,7 +333,8 @@ def sample_group(source: CompletionSource, problems: Sequence[Problem], group: G
     """All n completions of each problem of `group`: one `source` call per sample chunk with the
     chunk's slice of `problem_sample_keys`, concatenated per problem."""
     batch = [problems[i] for i in group.indices]
-    keys = jax.numpy.stack([problem_sample_keys(key, i, n) for i in group.indices])  # [P, n]
+    keys = (jax.numpy.stack([problem_sample_keys(key, i, n) for i in group.indices]) if batch  # [P, n]
+            else jax.random.split(key, (0, n)))   # a host with no problem of this group (multi-host)
     merged: Optional[list[Completions]] = None
     start = 0
     for size in group.chunks:
@@ -343,7 +344,7 @@ def sample_group(source: CompletionSource, problems: Sequence[Problem], group: G
                              f"{len(batch)} problems x {size} samples")
         merged = out if merged is None else [a.concat(b) for a, b in zip(merged, out)]
         start += size
-    return merged or []
+    return merged if merged is not None else []
 
 
 def _check_done(done: Iterable[ProblemResult], problems: Sequence[Problem], n: int,
@@ -368,7 +369,8 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
                    key: jax.Array, ks: Optional[Sequence[int]] = None, batch_size: int = 64,
                    sandbox_retries: int = 2, fail_on_excluded: bool = False, keep_completions: bool = False,
                    done: Iterable[ProblemResult] = (), on_result: Optional[Callable[[ProblemResult], None]] = None,
-                   config: Optional[Mapping[str, Any]] = None, progress: bool = True) -> EvalResult:
+                   config: Optional[Mapping[str, Any]] = None, progress: bool = True,
+                   host: tuple[int, int] = (0, 1)) -> EvalResult:
     """Sample `n` completions per problem from `source`, judge them, and collect the results.
 
     Problems are processed in order, in the fixed groups of `plan_groups(len(problems), n,
@@ -378,6 +380,15 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     only the missing problems are judged). `on_result(r)` is called for every new result, in
     index order (the CLI appends it to the JSONL). Raises RuntimeError on excluded samples when
     `fail_on_excluded`. Returns the `EvalResult` of all problems (done + new).
+
+    Multi-host (``host = (index, count)``, e.g. ``multihost.batch_block(mesh)``; every process
+    calls this at the same time with the same arguments): each group's problems are split into
+    `count` contiguous parts (``multihost.split_evenly``); this host samples its part (the
+    source is called even for an empty part, so a sampler's collectives line up), judges only its
+    own completions, and the new results of all hosts are exchanged after each group
+    (``multihost.allgather_objects``), so every host returns the same `EvalResult` and
+    `on_result` sees every result in index order. ``done`` is taken from process 0. With
+    ``count == 1`` no collective is issued (each process evaluates everything on its own).
     """
     problems = list(problems)
     if not problems:
@@ -391,6 +402,13 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
         raise ValueError(f"key must be a jax PRNG key array (jax.random.key(seed)), got {type(key).__name__}")
     n = _positive_int(n, "n")
     ks = check_ks(default_ks(n) if ks is None else ks, n)
+    index, count = host
+    if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
+        raise ValueError(f"host must be (index, count) with 0 <= index < count, got {host!r}")
+    if count > 1:   # every host resumes from process 0's finished results
+        from maxk_jax.multihost import broadcast_object
+
+        done = [ProblemResult.from_json(r) for r in broadcast_object([r.to_json() for r in done])]
     finished = _check_done(done, problems, n, keep_completions)
     groups = plan_groups(len(problems), n, batch_size)
     bar = tqdm(total=len(problems), initial=len(finished), desc="evaluate", unit="problem", disable=not progress)
@@ -399,7 +417,16 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
                   sum(r.n for r in finished.values())]
 
     def collect(future: concurrent.futures.Future) -> None:
-        for r in future.result():
+        new = future.result()
+        if count > 1:   # every host's new results, merged in index order
+            from maxk_jax.multihost import allgather_objects
+
+            merged = {}
+            for part in allgather_objects([r.to_json() for r in new]):
+                for obj in part:
+                    merged.setdefault(int(obj["index"]), obj)   # replicated hosts: first copy
+            new = [ProblemResult.from_json(merged[i]) for i in sorted(merged)]
+        for r in new:
             if fail_on_excluded and r.n < r.n_sampled:
                 bad_status = sorted(set(r.statuses) - {"ok"})
                 raise RuntimeError(f"problem {r.problem_id!r}: {r.n_sampled - r.n} of {r.n_sampled} samples could "
@@ -419,10 +446,17 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
                 todo = [slot for slot, i in enumerate(group.indices) if i not in finished]
                 if not todo:
                     continue
-                comps = sample_group(source, problems, group, key, n)
-                idx = [group.indices[s] for s in todo]
+                if count > 1:
+                    from maxk_jax.multihost import split_evenly
+
+                    mine = Group(tuple(split_evenly(group.indices, index, count)), group.chunks)
+                else:
+                    mine = group
+                comps = sample_group(source, problems, mine, key, n)
+                slots = [s for s, i in enumerate(mine.indices) if i not in finished]
+                idx = [mine.indices[s] for s in slots]
                 job = pool.submit(judge_completions, executor, [problems[i] for i in idx], idx,
-                                  [comps[s] for s in todo], **judge_kw)
+                                  [comps[s] for s in slots], **judge_kw)
                 if pending is not None:
                     collect(pending)
                 pending = job
@@ -440,13 +474,16 @@ def evaluate_problems(config: Any, params: Any, tokenizer: Any, problems: Sequen
                       sandbox_retries: int = 2, fail_on_excluded: bool = False, keep_completions: bool = False,
                       progress: bool = True, generate_kwargs: Optional[Mapping[str, Any]] = None,
                       generate_fn: Optional[Callable] = None,
-                      run_config: Optional[Mapping[str, Any]] = None) -> EvalResult:
+                      run_config: Optional[Mapping[str, Any]] = None,
+                      host: tuple[int, int] = (0, 1)) -> EvalResult:
     """Evaluate a Qwen2 model (`config`, `params`) on `problems`: `n` samples per problem, judged
     by `executor`, pass@k / max@k for `ks` (default 1, 2, 4, ..., n). No files are written
     (`maxk_jax.eval_report.write_report` does that). For periodic evaluation in training.
 
     `key` is the root key of `problem_sample_keys`. The returned `EvalResult.config` records the
-    sampling settings (plus `run_config`; everything in it must be JSON).
+    sampling settings (plus `run_config`; everything in it must be JSON). `host`: see
+    `run_evaluation` (multi-host: pass ``multihost.batch_block(mesh)`` and the mesh in
+    `generate_kwargs`).
     """
     source = ModelCompletionSource(config, params, tokenizer, max_new_tokens=max_new_tokens,
                                    temperature=temperature, top_p=top_p, top_k=top_k, eos_id=eos_id,
@@ -459,7 +496,7 @@ def evaluate_problems(config: Any, params: Any, tokenizer: Any, problems: Sequen
     return run_evaluation(problems, source, executor=executor, n=n, key=key, ks=ks, batch_size=batch_size,
                           sandbox_retries=sandbox_retries, fail_on_excluded=fail_on_excluded,
                           keep_completions=keep_completions, config={**settings, **dict(run_config or {})},
-                          progress=progress)
+                          progress=progress, host=host)
 
 
 def _positive_int(value: Any, name: str) -> int:

@@ -18,11 +18,18 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
      an orbax checkpoint: state ``{"step", "params", "opt_state"}`` plus metadata
      ``{"rl_step", "data_position", "rng", "model_dir", "config_json"}``.
 
+Multi-host (``distributed.*``, one process per host, see README "Multi-host"): every host reads
+the same problem stream and key but samples and judges only its contiguous share of the step's
+prompts (``rollout.collect``), contributes its rows to the global batch
+(``multihost.global_batch``), and the metrics are computed from all hosts' rollouts
+(``rollout.gather_rollout``); process 0 writes metrics, config and evaluation reports.
+
 ``resume=True`` restores the newest checkpoint onto the same shardings and continues with the
 stored PRNG key and data position; on CPU a killed-and-resumed run logs the same metrics as an
 uninterrupted one (timings aside).  Metrics per step (JSONL/TensorBoard/W&B, see metrics_log):
 ``reward/*``, ``train/{pass_at_k,max_at_k}/{k}`` (k in {1, algo.k, n}), ``length/*``,
-``status/*``, ``samples/*`` (masked, no_code, ...), ``ppo/<metric>`` (mean over PPO
+``status/*``, ``samples/*`` (masked, no_code, ..., ``judged_host<h>`` = submissions host h's
+judge received, ``judged`` = their sum), ``ppo/<metric>`` (mean over PPO
 iterations) and ``ppo/it<i>/<metric>`` for each iteration (loss terms, clip_fraction, kl_ref,
 approx_kl_old, entropy, advantage_*, is_ratio_*, ratio_*, grad_norm, update_norm,
 learning_rate, masked_samples, rows_below_k), ``eval/{pass_at_k,max_at_k}/{k}``, ``time/*``
@@ -46,6 +53,7 @@ from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
 from maxk_jax import checkpoint as ckpt_lib
+from maxk_jax import multihost
 from maxk_jax import rollout as rollout_lib
 from maxk_jax import sharding as sharding_lib
 from maxk_jax import training
@@ -255,6 +263,7 @@ def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Any, executor: A
     def eval_fn(params: Any, rl_step: int) -> dict[str, float]:
         source = rollout_lib.PromptCompletionSource(model_config, params, tokenizer, eval_settings, mesh)
         result = run_evaluation(problems, source, executor=executor, n=cfg.eval.n, key=key, ks=ks,
+                                host=multihost.batch_block(mesh),
                                 batch_size=cfg.eval.batch_size, sandbox_retries=cfg.rollout.sandbox_retries,
                                 progress=False, config={"rl_step": rl_step, "run_name": f"{cfg.name}@{rl_step}",
                                                         "n": cfg.eval.n})
@@ -305,6 +314,10 @@ def run(cfg: ConfigDict, *, resume: bool = False, executor: Any = None,
     initialize_distributed(cfg)  # before anything asks jax for its devices
     cfg_step = validate_config(cfg)
     mesh = sharding_lib.make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
+    hosts = multihost.batch_block(mesh)[1]
+    if cfg.rollout.prompts % hosts:
+        raise ValueError(f"rollout.prompts={cfg.rollout.prompts} must be a multiple of the {hosts} "
+                         "processes (each host samples and judges an equal share of a step's prompts)")
     os.makedirs(cfg.output_dir, exist_ok=True)
     ckpt_dir = os.path.join(cfg.output_dir, "checkpoints")
     with contextlib.ExitStack() as stack:   # closes checkpointer, executor, logger, bar
@@ -411,10 +424,15 @@ def _one_step(cfg: ConfigDict, step: int, total: int, problems: Sequence[Problem
     t_step = time.perf_counter()
     batch_problems = step_problems(problems, step, cfg.rollout.prompts, cfg.seed, cfg.data.shuffle)
     rng, key = jax.random.split(rng)
+    judge = multihost.JudgeCounter(executor)   # counts what THIS host's judge receives
     ro = rollout_lib.collect(model_config, state.params, tokenizer, batch_problems,
-                             executor, settings, key, mesh=mesh)
-    metrics = rollout_lib.rollout_metrics(ro, train_ks(cfg))
-    batch = training.shard_batch(ro.batch, mesh)
+                             judge, settings, key, mesh=mesh)     # this host's share only
+    everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
+    metrics = rollout_lib.rollout_metrics(everyone, train_ks(cfg))
+    judged = multihost.allgather_objects(judge.count)
+    metrics.update({f"samples/judged_host{i}": float(c) for i, c in enumerate(judged)})
+    metrics["samples/judged"] = float(sum(judged))
+    batch = multihost.global_batch(ro.batch, mesh)   # this host's rows of the global batch
     t0 = time.perf_counter()
     if ref_fn is not None:
         batch = batch.replace(ref_logp=jax.block_until_ready(ref_fn(ref_params, batch)))
@@ -438,12 +456,13 @@ def _one_step(cfg: ConfigDict, step: int, total: int, problems: Sequence[Problem
         t0 = time.perf_counter()
         metrics.update(eval_fn(state.params, step + 1))
         eval_s = time.perf_counter() - t0
-    generated = float(ro.lengths.sum())
-    seq_tokens = float(np.asarray(ro.batch.attention_mask).size) * cfg.algo.ppo_iterations
+    generated = float(everyone.lengths.sum())
+    seq_tokens = float(math.prod(batch.attention_mask.shape)) * cfg.algo.ppo_iterations
     metrics.update({
-        "time/sample_s": ro.sample_seconds, "time/judge_s": ro.judge_seconds, "time/ref_logp_s": ref_s,
+        "time/sample_s": everyone.sample_seconds, "time/judge_s": everyone.judge_seconds,
+        "time/ref_logp_s": ref_s,
         "time/train_s": train_s, "time/eval_s": eval_s, "time/step_s": time.perf_counter() - t_step,
-        "perf/sample_tokens_per_s": generated / max(ro.sample_seconds, 1e-9),
+        "perf/sample_tokens_per_s": generated / max(everyone.sample_seconds, 1e-9),
         "perf/train_tokens_per_s": seq_tokens / max(train_s, 1e-9),
         "samples/generated_tokens": generated, "data/position": float((step + 1) * cfg.rollout.prompts)})
     return state, rng, metrics

@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from maxk_jax import sampling, training
+from maxk_jax import multihost, sampling, training
 from maxk_jax.data.problem import Problem
 from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, render_prompt
 from maxk_jax.eval_result import ProblemResult, problem_metrics
@@ -198,14 +198,25 @@ def _rewards(results: Sequence[ProblemResult]) -> tuple[np.ndarray, ...]:
 def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Any, problems: Sequence[Problem],
             executor: Any, settings: RolloutSettings, key: jax.Array, *,
             mesh: jax.sharding.Mesh | None = None) -> Rollout:
-    """Sample ``settings.n`` completions of every problem with ``key``, judge them, build the Batch."""
+    """Sample ``settings.n`` completions of every problem with ``key``, judge them, build the Batch.
+
+    Sample j of problem i uses ``jax.random.split(key, (P, n))[i, j]``. On a ``mesh`` spanning
+    several processes every host passes the same ``problems`` and ``key`` but samples, judges and
+    returns only its own contiguous share of the problems (``multihost.host_share``): the
+    Rollout is host-local (``gather_rollout`` collects the metrics inputs of all hosts; the batch
+    rows are this host's block of the global batch, ``multihost.global_batch``). The prompt
+    bucket is that of all P problems, so every host's batch has the same width.
+    """
     if not problems:
         raise ValueError("collect needs at least one problem")
     start = time.perf_counter()
-    prompts, inside = encode_problems(problems, tokenizer, settings.prompt_format,
-                                      dict(settings.render_kwargs))
+    all_prompts, all_inside = encode_problems(problems, tokenizer, settings.prompt_format,
+                                              dict(settings.render_kwargs))
+    first, stop = multihost.host_row_range(len(problems), mesh)
+    problems, prompts, inside = problems[first:stop], all_prompts[first:stop], all_inside[first:stop]
+    keys = jax.random.split(key, (len(all_prompts), settings.n))[first:stop]
     out = sampling.generate(config, params, prompts, n=settings.n,
-                            max_new_tokens=settings.max_new_tokens, key=key,
+                            max_new_tokens=settings.max_new_tokens, key=keys,
                             temperature=settings.temperature, top_p=settings.top_p,
                             top_k=settings.top_k, eos_id=list(settings.eos_ids),
                             pad_id=settings.pad_id, mesh=mesh,
@@ -217,18 +228,48 @@ def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Any, problems: Se
 
     start = time.perf_counter()
     comps = [Completions(t, tuple(int(x) for x in lengths[i]), inside[i]) for i, t in enumerate(texts)]
-    results = judge_completions(executor, problems, list(range(len(problems))), comps,
+    results = judge_completions(executor, problems, list(range(first, stop)), comps,
                                 sandbox_retries=settings.sandbox_retries, keep_behaviours=True)
     judge_s = time.perf_counter() - start
     rewards, passed, total = _rewards(results)
     ids = answer_ids([r.behaviours for r in results], settings.n)
+    bucket = sampling.next_pow2(max(len(x) for x in all_prompts), settings.min_prompt_bucket)
     batch = build_batch(prompts, tokens, logprobs, mask, rewards, ids, pad_id=settings.pad_id,
-                        min_prompt_bucket=settings.min_prompt_bucket)
+                        min_prompt_bucket=bucket)
     return Rollout(batch=batch, rewards=rewards, passed=passed, total=total,
                    statuses=[tuple(r.statuses) for r in results], lengths=lengths,
                    finished=finished, texts=texts, no_code=sum(r.n_no_code for r in results),
                    sandbox_retries=sum(r.sandbox_retries for r in results),
                    sample_seconds=sample_s, judge_seconds=judge_s, answer_ids=ids)
+
+
+def gather_rollout(ro: Rollout, mesh: jax.sharding.Mesh | None = None) -> Rollout:
+    """The rollout of ALL hosts of ``collect(..., mesh=mesh)`` (a collective; identity when the
+    batch is not split across processes): per-problem arrays and lists concatenated in block order
+    (= problem order), counts summed, seconds the slowest block's. ``batch`` stays this host's
+    block (the global batch is ``multihost.global_batch``)."""
+    if multihost.batch_block(mesh)[1] == 1:
+        return ro
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(ro):
+        value = getattr(ro, field.name)
+        if isinstance(value, training.Batch):
+            continue
+        if isinstance(value, np.ndarray):
+            parts = multihost.allgather_blocks(value.tolist(), mesh)
+            changes[field.name] = np.concatenate([np.asarray(p, value.dtype).reshape((-1,) + value.shape[1:])
+                                                  for p in parts])
+        elif isinstance(value, list):
+            parts = multihost.allgather_blocks([list(x) if isinstance(x, tuple) else x for x in value], mesh)
+            changes[field.name] = [tuple(x) if isinstance(x, list) else x for p in parts for x in p]
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            changes[field.name] = int(sum(multihost.allgather_blocks(int(value), mesh)))
+        elif isinstance(value, float):
+            changes[field.name] = float(max(multihost.allgather_blocks(value, mesh)))
+        else:
+            raise TypeError(f"gather_rollout does not know how to combine Rollout.{field.name} "
+                            f"({type(value).__name__})")
+    return dataclasses.replace(ro, **changes)
 
 
 def rollout_metrics(ro: Rollout, ks: Sequence[int]) -> dict[str, float]:

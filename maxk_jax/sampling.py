@@ -44,6 +44,9 @@ Sharding: with ``mesh`` (see :mod:`maxk_jax.sharding`) the prompt batch, keys, K
 outputs are split along the mesh's batch axes ``('data', 'fsdp')`` and the model's activation
 constraints are active. Parameters are used as placed by the caller (e.g.
 ``sharding.shard_params``); leaves not already on ``mesh`` are replicated onto it on every call.
+Multi-host (a mesh spanning several JAX processes): every host calls ``generate`` at the same
+time with ITS OWN prompts (possibly none) and their [P_h, n] keys; the global batch is the
+hosts' blocks side by side, and each host gets back only its own rows (numpy arrays).
 A data-only mesh gives bit-identical results to the unsharded run (tested on 8 devices); with
 fsdp/tensor axes the matmul reductions are split, so log-probs agree to float rounding and a
 token can differ only in a near-tie.
@@ -68,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from maxk_jax import multihost
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.models import qwen2
 from maxk_jax.sampling_filters import sampling_logprobs, validate_filters
@@ -280,8 +284,9 @@ def stop_id_array(eos_id: int | Sequence[int] | None, vocab: int) -> np.ndarray:
 
 
 def _check_prompts(prompts: Sequence[Sequence[int]], config: qwen2.Qwen2Config,
-                   max_new_tokens: int) -> list[list[int]]:
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
+                   max_new_tokens: int, allow_empty: bool = False) -> list[list[int]]:
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or (
+            not prompts and not allow_empty):
         raise ValueError(f"prompts must be a non-empty list of token-id lists, got {prompts!r:.80}")
     limit = config.max_position_embeddings - max_new_tokens
     out = []
@@ -378,7 +383,8 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     validate_filters(temperature, top_k, top_p)
-    prompts = _check_prompts(prompts, config, max_new_tokens)
+    multi = multihost.spans_processes(mesh)
+    prompts = _check_prompts(prompts, config, max_new_tokens, allow_empty=multi)
     stop_ids = stop_id_array(eos_id, config.vocab_size)
     pad_id = (config.pad_token_id or 0) if pad_id is None else pad_id
     if isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral) or not (
@@ -388,6 +394,9 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
                                temperature=float(temperature), top_k=int(top_k),
                                top_p=float(top_p))
 
+    if multi:
+        return _generate_host_block(config, params, prompts, key, settings, stop_ids, int(pad_id), mesh,
+                                    min_prompt_bucket)
     num_p = len(prompts)
     keys = _sample_keys(key, num_p, settings.n)
     shards = _batch_shards(mesh)
@@ -424,6 +433,55 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
         mask=jnp.arange(settings.max_new_tokens) < lengths[..., None],
         finished=per_prompt(finished),
         prompt_lengths=jnp.asarray([len(p) for p in prompts], jnp.int32), num_steps=steps)
+
+
+def _generate_host_block(config: qwen2.Qwen2Config, params: Params, prompts: list[list[int]], key: Any,
+                         settings: SamplerSettings, stop_ids: np.ndarray, pad_id: int, mesh: Mesh,
+                         min_prompt_bucket: int) -> SampleOutput:
+    """:func:`generate` on a mesh spanning several processes: ``prompts`` / ``key`` [P_h, n] are
+    this host's; the global prompt batch is the hosts' blocks side by side (each padded to the
+    same ``Pb_h = prompt_batch_bucket(max_h P_h, shards / hosts)`` rows and the same global
+    prompt bucket), built with ``make_array_from_process_local_data``; the output holds this
+    host's rows only (numpy)."""
+    num_p, n = len(prompts), settings.n
+    if tuple(getattr(key, "shape", ()))[:2] != (num_p, n):
+        raise ValueError(f"on a mesh spanning processes, key must be this host's per-sample key array "
+                         f"of shape (P, n) = {(num_p, n)}, got {getattr(key, 'shape', key)!r}")
+    keys = _sample_keys(key, num_p, n)   # [P_h, n]; P_h may be 0
+    _, count = multihost.batch_block(mesh)
+    sizes = multihost.allgather_objects([num_p, max((len(p) for p in prompts), default=1)])
+    max_p, max_len = max(max(s[0] for s in sizes), 1), max(s[1] for s in sizes)
+    pb = prompt_batch_bucket(max_p, _batch_shards(mesh) // count)
+    tp = next_pow2(max_len, min_prompt_bucket)
+    tokens, mask = pad_prompts(prompts, tp, pb, pad_id)
+    lens = np.repeat(mask.sum(axis=1).astype(np.int32), n)
+    dummy = np.repeat(np.arange(pb) >= num_p, n)
+    impl = jax.random.key_impl(keys)
+    raw = np.asarray(jax.random.key_data(keys))
+    raw = raw.reshape((num_p * n,) + raw.shape[2:])
+    # Dummy rows (never sampled) reuse the first key, or zeros on a host without prompts.
+    filler = raw[:1] if num_p else np.zeros((1,) + raw.shape[1:], np.uint32)
+    raw = np.concatenate([raw, np.repeat(filler, (pb - num_p) * n, axis=0)])
+    params = _place_params(params, mesh)
+    tokens, mask, lens, dummy, raw = multihost.global_batch((tokens, mask, lens, dummy, raw), mesh)
+    row_keys = jax.random.wrap_key_data(raw, impl=impl)
+    with sharding_lib.activation_sharding(mesh):
+        first, cache = _prefill(config, settings, mesh, params, tokens, mask)
+        toks, logp, lengths, finished, steps, _ = _decode(
+            config, settings, mesh, params, first, cache, row_keys, lens, dummy, stop_ids,
+            np.asarray(pad_id, np.int32))
+
+    def mine(x: jax.Array) -> np.ndarray:
+        start, stop = multihost.host_row_range(x.shape[0], mesh)
+        rows = multihost.host_rows(x, start, stop)
+        return rows.reshape((pb, n) + rows.shape[1:])[:num_p]
+
+    lengths = mine(lengths)
+    return SampleOutput(
+        tokens=mine(toks), logprobs=mine(logp), lengths=lengths,
+        mask=np.arange(settings.max_new_tokens) < lengths[..., None], finished=mine(finished),
+        prompt_lengths=np.asarray([len(p) for p in prompts], np.int32),
+        num_steps=multihost.replicated_value(steps))
 
 
 def to_token_lists(out: SampleOutput) -> list[list[list[int]]]:

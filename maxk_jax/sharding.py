@@ -180,7 +180,8 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
 
 def shard_batch(batch: Any, mesh: Mesh) -> Any:
     """Put every array of a batch pytree on :func:`batch_sharding`; the leading (batch) size must
-    be divisible by data*fsdp."""
+    be divisible by data*fsdp. ``batch`` is the GLOBAL batch: on a mesh spanning processes every
+    process passes the same whole batch (for host-local rows use ``multihost.global_batch``)."""
     ways = mesh.shape["data"] * mesh.shape["fsdp"]
 
     def put(x: Any) -> jax.Array:
@@ -188,8 +189,12 @@ def shard_batch(batch: Any, mesh: Mesh) -> Any:
         if x.ndim == 0 or x.shape[0] % ways:
             raise ValueError(f"batch array of shape {x.shape} cannot be split over data*fsdp = "
                              f"{ways} devices")
+        if multi:   # every process holds the whole global batch; each keeps its own rows
+            return jax.make_array_from_process_local_data(batch_sharding(mesh, x.ndim),
+                                                          np.asarray(x), x.shape)
         return jax.device_put(x, batch_sharding(mesh, x.ndim))
 
+    multi = len({d.process_index for d in mesh.devices.flat}) > 1
     return jax.tree.map(put, batch)
 
 

@@ -73,6 +73,10 @@ def get_config() -> ml_collections.ConfigDict:
     rl.eval.update(interval=0, dataset="", limit=0)
     rl.log.update(tensorboard=False)
     c.rl = rl
+    # Multi-host (README "Multi-host"): as experiments/train.py's --config.distributed.*; copied
+    # into the RL config. Every process runs the pipeline; process 0 writes the report files.
+    c.distributed = ml_collections.ConfigDict(dict(
+        enabled=False, coordinator_address="", num_processes=1, process_id=0))
     c.eval = ml_collections.ConfigDict(dict(
         n=64, num_problems=48, max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=0,
         batch_size=512, seed=1234))

@@ -185,7 +185,7 @@ def load_hf(path: str | os.PathLike, dtype: Any = jnp.float32, *,
     Returns ``(config, params)`` with params in ``dtype`` (also the config's param_dtype and
     compute dtype unless overridden). ``shardings`` (a tree of ``jax.sharding.Sharding`` like the
     params) or ``mesh`` (uses :func:`maxk_jax.sharding.param_shardings`) places every tensor
-    straight onto its shards; default: the first device. Missing, unexpected or wrongly shaped
+    straight onto its shards; default: this process's first local device. Missing, unexpected or wrongly shaped
     tensors raise a ValueError naming the key.
     """
     path = os.fspath(path)
@@ -214,7 +214,7 @@ def load_hf(path: str | os.PathLike, dtype: Any = jnp.float32, *,
     if unexpected:
         raise ValueError(f"checkpoint {path!r} has unexpected tensors: {unexpected[:10]}"
                          f"{' ...' if len(unexpected) > 10 else ''}")
-    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     params: dict[str, Any] = {}
     for rule in active_rules(config):
         leaf = _get(abstract, rule.path)
