@@ -3,7 +3,7 @@
 An executor judges a batch of submissions and answers one result per submission, in request
 order, in the DESIGN.md wire schema ("Other contracts"). Submissions and results stay plain dicts
 (so the in-process and the HTTP path carry the same objects and a result is its own JSON), typed
-as ``TypedDict``\\ s: :class:`SubmissionDict` in, :class:`JudgeResult` (with one
+as ``TypedDict`` classes: :class:`SubmissionDict` in, :class:`JudgeResult` (with one
 :class:`TestResult` per test) out. ``Executor`` is a ``typing.Protocol``: any object with
 ``judge``/``close``/``__enter__``/``__exit__`` is one; backends subclass it to inherit the
 context-manager methods and a no-op ``close``.
