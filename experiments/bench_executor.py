@@ -54,8 +54,7 @@ from tqdm import tqdm
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from maxk_jax.execution import judge  # noqa: E402
-from maxk_jax.execution.client import EmbeddedExecutor, HttpExecutor  # noqa: E402
+from maxk_jax.execution import EmbeddedExecutor, HttpExecutor, judge  # noqa: E402
 from maxk_jax.execution.sandbox import SandboxConfig  # noqa: E402
 
 FLAGS = flags.FLAGS

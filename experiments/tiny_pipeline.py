@@ -31,7 +31,6 @@ import json
 import os
 import resource
 import shutil
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
@@ -43,6 +42,7 @@ from ml_collections import ConfigDict, config_flags
 
 from maxk_jax import config_overrides
 from maxk_jax.data.problem import Problem
+from maxk_jax.execution.caching import CachingExecutor  # noqa: F401  (tp.CachingExecutor, used by compare_methods)
 
 BASE_FORMAT_VERSION = 1  # bump when the warm-up recipe changes in a way the hash cannot see
 _CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
@@ -96,45 +96,6 @@ class PhaseTimer:
         print(f"== {name}: {self.phases[name]['wall_s']:.1f} s wall, {self.phases[name]['cpu_s']:.1f} s CPU",
               flush=True)
         return out
-
-
-class CachingExecutor:
-    """Wraps an executor: each distinct submission (mode, code, tests, limits) is judged once per
-    process; repeats get a copy of the first result under their own id. Only for deterministic
-    judges (the synthetic stdio problems are). ``stats`` counts submissions and unique judgements."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self._cache: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
-        self.stats = {"submissions": 0, "judged": 0}
-
-    @staticmethod
-    def _key(sub: dict[str, Any]) -> str:
-        body = {k: v for k, v in sub.items() if k != "id"}
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-    def judge(self, submissions: list) -> list:
-        """Judge the submissions not seen before (one inner call); results in request order."""
-        with self._lock:
-            keys = [self._key(s) for s in submissions]
-            todo: dict[str, dict[str, Any]] = {}
-            for key, sub in zip(keys, submissions):
-                if key not in self._cache and key not in todo:
-                    todo[key] = sub
-            if todo:
-                for key, res in zip(todo, self.inner.judge(list(todo.values()))):
-                    if res.get("status") == "ok":  # never cache infrastructure failures
-                        self._cache[key] = res
-                    todo[key] = res
-            self.stats["submissions"] += len(submissions)
-            self.stats["judged"] += len(todo)
-            return [{**self._cache.get(key, todo.get(key, {})), "id": sub["id"]}
-                    for key, sub in zip(keys, submissions)]
-
-    def close(self) -> None:
-        """Close the wrapped executor."""
-        self.inner.close()
 
 
 def uses_judge_cache(cfg: ConfigDict) -> bool:

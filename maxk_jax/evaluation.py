@@ -51,6 +51,7 @@ from maxk_jax.data.extract import extract_code
 from maxk_jax.data.problem import Problem
 from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, render_prompt
 from maxk_jax.eval_result import STATUSES, EvalResult, ProblemResult
+from maxk_jax.execution import Executor
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,7 +244,7 @@ class ModelCompletionSource:
 # ----------------------------------------------------------------------------------------------
 # Judging
 # ----------------------------------------------------------------------------------------------
-def _judge_checked(executor: Any, submissions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _judge_checked(executor: Executor, submissions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """executor.judge with the DESIGN.md contract checked (same ids in order, known statuses)."""
     results = executor.judge(submissions)
     if len(results) != len(submissions):
@@ -287,7 +288,7 @@ def _behaviour(res: Mapping[str, Any]) -> Optional[str]:
     return value if isinstance(value, str) and value and res.get("status") == "ok" else None
 
 
-def judge_completions(executor: Any, problems: Sequence[Problem], indices: Sequence[int],
+def judge_completions(executor: Executor, problems: Sequence[Problem], indices: Sequence[int],
                       completions: Sequence[Completions], *, sandbox_retries: int = 2,
                       keep_completions: bool = False, keep_behaviours: bool = False) -> list[ProblemResult]:
     """Extract code from every completion, judge them all in one ``executor.judge`` call, and
@@ -365,7 +366,7 @@ def _check_done(done: Iterable[ProblemResult], problems: Sequence[Problem], n: i
     return out
 
 
-def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, executor: Any, n: int,
+def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, executor: Executor, n: int,
                    key: jax.Array, ks: Optional[Sequence[int]] = None, batch_size: int = 64,
                    sandbox_retries: int = 2, fail_on_excluded: bool = False, keep_completions: bool = False,
                    done: Iterable[ProblemResult] = (), on_result: Optional[Callable[[ProblemResult], None]] = None,
@@ -467,7 +468,7 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     return EvalResult(tuple(finished.values()), n, ks, dict(config or {}))
 
 
-def evaluate_problems(config: Any, params: Any, tokenizer: Any, problems: Sequence[Problem], *, executor: Any,
+def evaluate_problems(config: Any, params: Any, tokenizer: Any, problems: Sequence[Problem], *, executor: Executor,
                       n: int, max_new_tokens: int, key: jax.Array, ks: Optional[Sequence[int]] = None,
                       temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                       eos_id: Optional[int | Sequence[int]] = None, batch_size: int = 64, render_kwargs: Optional[Mapping[str, Any]] = None,

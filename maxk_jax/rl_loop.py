@@ -59,6 +59,7 @@ from maxk_jax import sharding as sharding_lib
 from maxk_jax import training
 from maxk_jax.data import load_dataset, load_problems, make_token_counter
 from maxk_jax.data.problem import Problem
+from maxk_jax.execution import Executor
 from maxk_jax.metrics_log import MetricsLogger
 from maxk_jax.sampling_filters import validate_filters
 
@@ -239,7 +240,7 @@ def _mean_over_iterations(per_iter: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Any, executor: Any,
+def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Any, executor: Executor,
                  mesh: jax.sharding.Mesh, settings: rollout_lib.RolloutSettings) -> EvalFn | None:
     """``eval_fn(params, rl_step) -> {"eval/pass_at_k/<k>": ..., "eval/max_at_k/<k>": ...}``:
     ``maxk_jax.evaluation.run_evaluation`` on the ``eval.*`` problems with the rollout's prompt
@@ -301,7 +302,7 @@ def initialize_distributed(cfg: ConfigDict) -> bool:
     return sharding_lib.maybe_initialize_distributed(bool(d.enabled), **kwargs)
 
 
-def run(cfg: ConfigDict, *, resume: bool = False, executor: Any = None,
+def run(cfg: ConfigDict, *, resume: bool = False, executor: Executor | None = None,
         eval_fn: EvalFn | None = None, progress: bool = True) -> dict[str, Any]:
     """Train with ``cfg`` (see experiments/configs/base.py); returns the last metrics record.
 
@@ -416,7 +417,7 @@ def _fmt(value: float | None) -> str:
 
 
 def _one_step(cfg: ConfigDict, step: int, total: int, problems: Sequence[Problem], model_config: Any,
-              tokenizer: Any, executor: Any, settings: rollout_lib.RolloutSettings,
+              tokenizer: Any, executor: Executor, settings: rollout_lib.RolloutSettings,
               mesh: jax.sharding.Mesh, train_step: Any, ref_fn: Any, ref_params: Any,
               eval_fn: EvalFn | None, state: training.TrainState, rng: jax.Array
               ) -> tuple[training.TrainState, jax.Array, dict[str, float]]:

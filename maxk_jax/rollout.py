@@ -39,6 +39,7 @@ from maxk_jax.data.problem import Problem
 from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, render_prompt
 from maxk_jax.eval_result import ProblemResult, problem_metrics
 from maxk_jax.evaluation import Completions, judge_completions
+from maxk_jax.execution import Executor
 from maxk_jax.models import qwen2
 
 STATUSES = ("ok", "sandbox_error", "invalid")
@@ -196,7 +197,7 @@ def _rewards(results: Sequence[ProblemResult]) -> tuple[np.ndarray, ...]:
 
 
 def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Any, problems: Sequence[Problem],
-            executor: Any, settings: RolloutSettings, key: jax.Array, *,
+            executor: Executor, settings: RolloutSettings, key: jax.Array, *,
             mesh: jax.sharding.Mesh | None = None) -> Rollout:
     """Sample ``settings.n`` completions of every problem with ``key``, judge them, build the Batch.
 

@@ -1,10 +1,40 @@
-"""Sandboxed execution of model-written code: judge, sandbox, HTTP service, client.
+"""Sandboxed execution of model-written code: the ``Executor`` protocol and its backends.
 
-Start with ``client.make_executor(spec)`` ("embedded" by default, or "http://host:port[,...]")
-and ``Executor.judge(submissions)`` in the DESIGN.md schema. Modules: ``judge`` (output
-comparison, verdicts), ``schema`` (request validation), ``sandbox`` (bubblewrap slots, uid blocks,
+Public API::
+
+    with make_executor("embedded") as ex:          # or "http://host:port[,...]", "sandboxfusion+http://..."
+        results = ex.judge([{"id": "a", "code": "print(2)", "mode": "stdio",
+                             "tests": [{"stdin": "", "expected": "2"}]}])
+
+Protocol:   Executor (judge / close / context manager), typed dicts SubmissionDict -> JudgeResult
+            (one TestResult per test), sandbox_error_result
+Backends:   EmbeddedExecutor (in-process supervisor, the default), HttpExecutor (judge services),
+            SandboxFusionExecutor (an existing SandboxFusion deployment), CachingExecutor (judges
+            each distinct submission once; wraps another executor)
+Factory:    make_executor(spec)
+Errors:     RequestError (a ValueError naming the offending field), SandboxUnavailableError
+
+Modules: ``executor`` (the protocol and typed dicts), one per backend (``embedded``,
+``http_client``, ``sandboxfusion``, ``caching``), ``factory``; the judge itself: ``schema``
+(request validation), ``judge`` (output comparison, verdicts), ``behaviour`` (output
+fingerprints), ``supervisor`` (slots, queue, results), ``sandbox`` (bubblewrap slots, uid blocks,
 reaper), ``cgroups`` (per-slot memory/pids/CPU groups), ``worker``/``harness``/``harness_assert``/
-``protocol`` (the stdlib-only code that runs inside the sandbox),
-``supervisor`` (slots, queue, results), ``service``/``serve`` (FastAPI app and its entry point),
-``sandboxfusion`` (backend for an existing SandboxFusion deployment).
+``protocol`` (the stdlib-only code that runs inside the sandbox); ``service``/``serve`` (the
+FastAPI app and ``python -m maxk_jax.execution.serve``). ``client`` is the former home of the
+backends and keeps their names importable.
 """
+from maxk_jax.execution.caching import CachingExecutor
+from maxk_jax.execution.embedded import EmbeddedExecutor
+from maxk_jax.execution.executor import (Executor, JudgeResult, SubmissionDict, TestResult,
+                                         sandbox_error_result)
+from maxk_jax.execution.factory import make_executor
+from maxk_jax.execution.http_client import HttpExecutor
+from maxk_jax.execution.sandbox import SandboxConfig, SandboxUnavailableError
+from maxk_jax.execution.sandboxfusion import SandboxFusionExecutor
+from maxk_jax.execution.schema import RequestError
+
+__all__ = [
+    "CachingExecutor", "EmbeddedExecutor", "Executor", "HttpExecutor", "JudgeResult", "RequestError",
+    "SandboxConfig", "SandboxFusionExecutor", "SandboxUnavailableError", "SubmissionDict", "TestResult",
+    "make_executor", "sandbox_error_result",
+]

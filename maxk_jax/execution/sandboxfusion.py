@@ -12,11 +12,12 @@ errors after retries, status ``SandboxError``) give status ``sandbox_error``, re
 import concurrent.futures
 import secrets
 import time
+from collections.abc import Sequence
 
 import httpx
 
 from maxk_jax.execution import behaviour, judge, schema
-from maxk_jax.execution.client import Executor
+from maxk_jax.execution.executor import Executor, JudgeResult, SubmissionDict
 
 _DRIVER = """
 
@@ -110,15 +111,16 @@ class SandboxFusionExecutor(Executor):
                                     record=record, compare_mode=sub.compare_mode)
         return dict(result, verdict=verdict, message="" if ok else message, **{behaviour.FIELD: token})
 
-    def judge(self, submissions: list) -> list:
-        """Validate, run every test through /run_code, and summarise like the embedded backend."""
+    def judge(self, submissions: Sequence[SubmissionDict]) -> list[JudgeResult]:
+        """Validate, run every test through /run_code, and summarise like the embedded backend;
+        S submissions -> S results in order."""
         subs = schema.parse_submissions(submissions)
         for i, sub in enumerate(subs):
             if sub.checker is not None:
                 raise ValueError(f"submissions[{i}].checker: custom checkers are not supported by the "
                                  "SandboxFusion backend")
         futures = [[self._pool.submit(self._test, sub, test) for test in sub.tests] for sub in subs]
-        results = []
+        results: list[JudgeResult] = []
         for sub, tests in zip(subs, futures):
             tests = [f.result() for f in tests]
             passed = sum(t["verdict"] == "AC" for t in tests)

@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from maxk_jax.execution import schema
+from maxk_jax.execution.executor import JudgeResult
 from maxk_jax.execution.supervisor import Supervisor
 
 _TEST_RESULT = {
@@ -111,7 +112,7 @@ class ResultCache:
         while len(self._done) > self.size or self.bytes > self.max_bytes:
             self.bytes -= self._done.popitem(last=False)[1][1]
 
-    def judge(self, subs: list) -> list:
+    def judge(self, subs: list[schema.Submission]) -> list[JudgeResult]:
         """Judge ``subs`` (validated), reusing cached or running results for repeated submissions."""
         slots, todo = [], []
         with self._lock:

@@ -24,11 +24,13 @@ import shutil
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 
 from maxk_jax.execution import behaviour, cgroups, judge
 from maxk_jax.execution.sandbox import (UNAVAILABLE_HINT, Reaper, Sandbox, SandboxConfig, SandboxFailure,
                                         SandboxUnavailableError, UidBlock, become_subreaper, bwrap_usable,
                                         clean_stale_dirs, processes_of, stage_sources)
+from maxk_jax.execution.executor import JudgeResult
 from maxk_jax.execution.schema import Submission
 
 CHECKER_LIMITS = {"cpu_s": 10.0, "wall_s": 20.0, "memory_mb": 1024, "output_mb": 1}
@@ -287,7 +289,7 @@ class Supervisor:
         failure = judge.run_failure(run, record, CHECKER_LIMITS["cpu_s"], CHECKER_LIMITS["memory_mb"])
         return "SE", f"checker failed ({failure[0] if failure else 'exit ' + str(run['exit_code'])}): {detail}", False
 
-    def _summarise(self, sub: Submission, tests: list) -> dict:
+    def _summarise(self, sub: Submission, tests: list) -> JudgeResult:
         invalid = any(t.pop("_invalid", False) for t in tests)
         passed = sum(t["verdict"] == "AC" for t in tests)
         status = "invalid" if invalid else "sandbox_error" if any(t["verdict"] == "SE" for t in tests) else "ok"
@@ -297,7 +299,7 @@ class Supervisor:
                 "tests": tests, "behaviour": fingerprint if status == "ok" else None,
                 "memory_limit_by": self.memory_limit_by}
 
-    def judge(self, submissions: list) -> list:
+    def judge(self, submissions: Sequence[Submission]) -> list[JudgeResult]:
         """Judge validated :class:`Submission` objects; one result dict per submission, in order."""
         if not submissions:
             return []

@@ -11,7 +11,7 @@ import time  # noqa: E402
 import pytest  # noqa: E402
 import uvicorn  # noqa: E402
 
-from maxk_jax.execution.client import EmbeddedExecutor  # noqa: E402
+from maxk_jax.execution.embedded import EmbeddedExecutor  # noqa: E402
 
 
 @pytest.fixture(scope="session")

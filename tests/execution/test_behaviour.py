@@ -4,10 +4,10 @@ HTTP service and the SandboxFusion backend agree."""
 import pytest
 
 from maxk_jax.execution import behaviour
-from maxk_jax.execution.client import HttpExecutor, make_executor
+from maxk_jax.execution import HttpExecutor, make_executor
 from maxk_jax.execution.service import create_app
 
-from tests.execution.test_client import _fake_sandboxfusion
+from tests.execution.judge_fixtures import fake_sandboxfusion
 
 STDIN = ["1 2", "5 5", "-3 4"]
 
@@ -89,13 +89,13 @@ def test_http_service_carries_the_same_fingerprints(executor, serve_app):
 
 
 def test_sandboxfusion_fingerprints(serve_app):
-    with make_executor("sandboxfusion+" + serve_app(_fake_sandboxfusion())) as client:
+    with make_executor("sandboxfusion+" + serve_app(fake_sandboxfusion())) as client:
         fp = fingerprints(client.judge(SUBS))
     check_fingerprints(fp)
 
 
 def test_sandbox_error_and_unjudged_results_have_no_fingerprint():
-    from maxk_jax.execution.client import sandbox_error_result
+    from maxk_jax.execution.executor import sandbox_error_result
     from maxk_jax.execution.schema import parse_submissions
 
     assert sandbox_error_result(parse_submissions([SUBS[0]])[0], "down")["behaviour"] is None

@@ -78,7 +78,7 @@ def test_out_of_range_flags_are_rejected(flag: str, message: str) -> None:
 
 def test_leftovers_of_a_killed_service_are_removed_at_next_start() -> None:
     from maxk_jax.execution import cgroups
-    from maxk_jax.execution.client import EmbeddedExecutor
+    from maxk_jax.execution.embedded import EmbeddedExecutor
 
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "maxk_jax.execution.serve", "--port", str(port), "--slots", "1"],

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from maxk_jax.execution.client import EmbeddedExecutor
+from maxk_jax.execution.embedded import EmbeddedExecutor
 from maxk_jax.execution.sandbox import SandboxConfig, SandboxUnavailableError, processes_of
 
 HOSTILE_LIMITS = {"cpu_s": 1, "wall_s": 2, "memory_mb": 256, "output_mb": 4}
