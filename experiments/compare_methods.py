@@ -350,7 +350,7 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
     Returns ``{"out_dir", "results", "plot", "aggregate", "timings"}``."""
     from maxk_jax import rl_loop
     from maxk_jax.eval_report import read_report
-    from maxk_jax.execution.client import make_executor
+    from maxk_jax.execution import make_executor
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer
 

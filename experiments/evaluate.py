@@ -162,7 +162,7 @@ def main(argv: list[str]) -> None:
     from maxk_jax.data.prompts import DEFAULT_SYSTEM_PROMPT
     from maxk_jax.eval_checkpoint import generation_eos_ids, load_model
     from maxk_jax.evaluation import ModelCompletionSource, check_ks, default_eos_ids, default_ks, run_evaluation
-    from maxk_jax.execution.client import make_executor
+    from maxk_jax.execution import make_executor
     from maxk_jax.models.tokenizer import load_tokenizer
 
     kwargs = ({"coordinator_address": FLAGS.coordinator_address, "num_processes": FLAGS.num_processes,

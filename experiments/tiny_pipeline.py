@@ -448,7 +448,7 @@ def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = T
     directory is refused unless `overwrite`."""
     from maxk_jax import rl_loop, sharding
     from maxk_jax.eval_compare import compare_runs, write_comparison
-    from maxk_jax.execution.client import make_executor
+    from maxk_jax.execution import make_executor
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer
 

@@ -368,7 +368,7 @@ def run(cfg: ConfigDict, *, resume: bool = False, executor: Executor | None = No
         ref_fn = (training.make_logprob_fn(model_config, cfg_step, mesh, shardings.params)
                   if ref_params is not None else None)
         if executor is None:
-            from maxk_jax.execution.client import make_executor
+            from maxk_jax.execution import make_executor
 
             executor = stack.enter_context(make_executor(cfg.rollout.executor))
         eos_ids = _eos_ids(cfg, model_config, tokenizer)

@@ -40,7 +40,7 @@ from maxk_jax import estimators, rollout, sharding, training, warmup
 from maxk_jax.data import synthetic
 from maxk_jax.eval_compare import compare_runs
 from maxk_jax.evaluation import run_evaluation
-from maxk_jax.execution.client import make_executor
+from maxk_jax.execution import make_executor
 from maxk_jax.models import convert, qwen2, tiny
 from maxk_jax.models.tokenizer import load_tokenizer
 

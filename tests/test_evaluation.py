@@ -11,7 +11,7 @@ from maxk_jax.data import load_dataset
 from maxk_jax.data.problem import FunctionCase, FunctionTests, Problem, StdioCase, StdioTests
 from maxk_jax.evaluation import (Completions, StaticCompletionSource, check_ks, default_eos_ids, default_ks,
                                  judge_completions, plan_groups, problem_sample_keys, run_evaluation)
-from maxk_jax.execution.client import make_executor
+from maxk_jax.execution import make_executor
 
 
 @pytest.fixture(scope="module")

@@ -225,7 +225,7 @@ def test_rollout_logprobs_match_training_forward_under_truncation(tiny_ckpt, pro
     iteration 0: the training forward uses the same temperature and truncation."""
     from maxk_jax import sharding
     from maxk_jax.data import load_problems
-    from maxk_jax.execution.client import make_executor
+    from maxk_jax.execution import make_executor
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer
 

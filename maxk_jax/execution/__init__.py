@@ -20,8 +20,7 @@ Modules: ``executor`` (the protocol and typed dicts), one per backend (``embedde
 fingerprints), ``supervisor`` (slots, queue, results), ``sandbox`` (bubblewrap slots, uid blocks,
 reaper), ``cgroups`` (per-slot memory/pids/CPU groups), ``worker``/``harness``/``harness_assert``/
 ``protocol`` (the stdlib-only code that runs inside the sandbox); ``service``/``serve`` (the
-FastAPI app and ``python -m maxk_jax.execution.serve``). ``client`` is the former home of the
-backends and keeps their names importable.
+FastAPI app and ``python -m maxk_jax.execution.serve``).
 """
 from maxk_jax.execution.caching import CachingExecutor
 from maxk_jax.execution.embedded import EmbeddedExecutor

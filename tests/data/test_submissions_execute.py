@@ -16,7 +16,7 @@ TWO_SUM = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) 
 
 @pytest.fixture(scope="module")
 def executor():
-    client = pytest.importorskip("maxk_jax.execution.client")
+    client = pytest.importorskip("maxk_jax.execution")
     with client.make_executor("embedded") as ex:
         yield ex
 

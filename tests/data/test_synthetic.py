@@ -47,11 +47,11 @@ json.dump(outs, sys.__stdout__)
 def _make_executor():
     """The real embedded sandbox executor, or None (with a warning) if maxk_jax.execution lacks it."""
     try:
-        from maxk_jax.execution.client import make_executor
+        from maxk_jax.execution import make_executor
     except ModuleNotFoundError as err:
-        if err.name != "maxk_jax.execution.client":
+        if err.name != "maxk_jax.execution":
             raise
-        warnings.warn("maxk_jax.execution.client not available: judging with a plain local subprocess")
+        warnings.warn("maxk_jax.execution not available: judging with a plain local subprocess")
         return None
     return make_executor("embedded")
 

@@ -211,7 +211,7 @@ class _RecordingExecutor:
     """The embedded judge, recording the entry point of every submission it judges."""
 
     def __init__(self):
-        from maxk_jax.execution.client import make_executor
+        from maxk_jax.execution import make_executor
 
         self.inner, self.entry_points = make_executor("embedded:2"), []
 
