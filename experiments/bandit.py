@@ -23,7 +23,7 @@ each of them log_ratio_i = log pi_theta(y_i) - log pi_old(y_i) is recomputed at 
 and passed to the estimator (it is zero at the first update of a batch). With R = 1 every update
 is on-policy. As in PPO (and the paper's training: 3 PPO iterations, eps = 0.2), a reused sample
 whose update would leave the trust region is dropped from the update: sample i is masked when
-A_i > 0 and rho_i > 1 + eps, or A_i < 0 and rho_i < 1 - eps (``maxk_jax.losses.trust_region_mask``;
+A_i > 0 and rho_i > 1 + eps, or A_i < 0 and rho_i < 1 - eps (``maxk_jax.rl.losses.trust_region_mask``;
 ``--clip_eps=inf`` turns this off; it never acts on a fresh batch, where rho = 1). Curves are
 compared per update step (an @R curve draws R times fewer samples).
 
@@ -59,7 +59,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from maxk_jax import estimators, losses
+from maxk_jax import estimators
+from maxk_jax.rl import losses
 
 DEFAULT_CURVES = ("rloo", "tang_loo", "tang_loo_biased", "maxk:baseline=none",
                   "maxk_offpolicy:baseline=loo1:clamp_delta=null@3",

@@ -64,7 +64,8 @@ def make_batch(rng: np.random.Generator, p: int, n: int, sp: int, t: int, vocab:
 
 def jax_side(config: Any, params: Any, data: dict[str, np.ndarray], old_logp: np.ndarray) -> dict[str, Any]:
     """Time training.make_train_step; returns step-0 loss, compile and per-step seconds."""
-    from maxk_jax import sharding, training
+    from maxk_jax import sharding
+    from maxk_jax.rl import training
 
     cfg = training.StepConfig(estimator="grpo", k=1, n=FLAGS.n, eps_low=EPS, eps_high=EPS,
                               compute_entropy=False)
@@ -140,7 +141,8 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     if FLAGS.warmup < 1 or FLAGS.steps < 1:
         raise ValueError(f"--warmup={FLAGS.warmup} and --steps={FLAGS.steps} must be >= 1")
-    from maxk_jax import sharding, training
+    from maxk_jax import sharding
+    from maxk_jax.rl import training
     from maxk_jax.models import convert, qwen2
 
     config = qwen2.Qwen2Config(vocab_size=FLAGS.vocab, hidden_size=FLAGS.hidden,

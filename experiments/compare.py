@@ -7,7 +7,7 @@ Writes to --out_dir: comparison.md (pass@k and max@k per k, one row per run, lik
 Tables 5-14; then Wilcoxon signed-rank p-values per k of every run against the FIRST run, paired
 over problems, two-sided; all-zero differences reported as p = 1 and marked), comparison.json
 (the same numbers plus pair counts and mean differences) and comparison.png (all runs' pass@k
-and max@k curves against k, log2 axis). See `maxk_jax.eval_compare`.
+and max@k curves against k, log2 axis). See `maxk_jax.eval.compare`.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"--runs needs at least two result directories, got {FLAGS.runs}")
     if FLAGS.names and len(FLAGS.names) != len(FLAGS.runs):
         raise app.UsageError(f"--names has {len(FLAGS.names)} entries for {len(FLAGS.runs)} runs")
-    from maxk_jax.eval_compare import compare_runs, write_comparison
-    from maxk_jax.eval_report import read_report
+    from maxk_jax.eval.compare import compare_runs, write_comparison
+    from maxk_jax.eval.report import read_report
 
     loaded = [read_report(d) for d in FLAGS.runs]
     names = list(FLAGS.names) or [name for _, name in loaded]

@@ -166,7 +166,7 @@ def aggregate(base: Any, runs: dict[str, dict[int, Any]], large_k: int,
     """Table numbers from EvalResults: ``runs[method][seed]``, `base` (one result). Per method and
     metric: dataset mean per seed, mean and std (ddof=0) over seeds for every k; Wilcoxon tests of
     REFERENCE vs every other row on seed-averaged per-problem values."""
-    from maxk_jax.eval_compare import wilcoxon_test
+    from maxk_jax.eval.compare import wilcoxon_test
 
     ks = list(base.ks)
     if large_k not in ks:
@@ -348,8 +348,8 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
                    executor: Any = None) -> dict[str, Any]:
     """Train and evaluate every (method, seed); write results.md / results.json / max_at_k.png.
     Returns ``{"out_dir", "results", "plot", "aggregate", "timings"}``."""
-    from maxk_jax import rl_loop
-    from maxk_jax.eval_report import read_report
+    from maxk_jax.rl import loop as rl_loop
+    from maxk_jax.eval.report import read_report
     from maxk_jax.execution import make_executor
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer

@@ -16,7 +16,7 @@ All flags are checked before anything is loaded or written (a rejected run leave
 Writes to --out_dir: run_config.json (written first, once the model and problems are loaded),
 per_problem.jsonl (one line per problem, appended as problems finish), and at the end
 summary.json, table.md and curves.png (see
-`maxk_jax.eval_report`). Re-running the same command after an interruption resumes: finished
+`maxk_jax.eval.report`). Re-running the same command after an interruption resumes: finished
 problems are skipped (a torn last line is dropped), and the final files are identical to those
 of an uninterrupted run. A run whose settings differ from run_config.json is refused unless
 --overwrite is given (which discards the old results).
@@ -125,8 +125,8 @@ def _check_flags() -> None:
     """Every check of the flags alone, before anything is loaded or written (so a rejected run
     leaves no run_config.json behind that would refuse the corrected re-run)."""
     from maxk_jax.data.loaders import parse_options_json
-    from maxk_jax.evaluation import check_ks
-    from maxk_jax.sampling_filters import validate_filters
+    from maxk_jax.eval.run import check_ks
+    from maxk_jax.sampling import validate_filters
 
     if bool(FLAGS.dataset) == bool(FLAGS.problems):
         raise app.UsageError("give exactly one of --dataset and --problems")
@@ -158,10 +158,11 @@ def main(argv: list[str]) -> None:
     import jax
     import jax.numpy as jnp
 
-    from maxk_jax import eval_report, multihost, sharding
+    from maxk_jax import multihost, sharding
+    from maxk_jax.eval import report as eval_report
     from maxk_jax.data.prompts import DEFAULT_SYSTEM_PROMPT
-    from maxk_jax.eval_checkpoint import generation_eos_ids, load_model
-    from maxk_jax.evaluation import ModelCompletionSource, check_ks, default_eos_ids, default_ks, run_evaluation
+    from maxk_jax.eval.checkpoint import generation_eos_ids, load_model
+    from maxk_jax.eval.run import ModelCompletionSource, check_ks, default_eos_ids, default_ks, run_evaluation
     from maxk_jax.execution import make_executor
     from maxk_jax.models.tokenizer import load_tokenizer
 
@@ -220,7 +221,7 @@ def main(argv: list[str]) -> None:
 
 def _prepare_out_dir(out_dir: str, jsonl: str, config: dict) -> list:
     """--overwrite / resume check, then run_config.json; returns the finished results to skip."""
-    from maxk_jax import eval_report
+    from maxk_jax.eval import report as eval_report
 
     os.makedirs(out_dir, exist_ok=True)
     if FLAGS.overwrite:

@@ -37,7 +37,7 @@ from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from maxk_jax import sharding as sh  # noqa: E402
-from maxk_jax import training  # noqa: E402
+from maxk_jax.rl import training  # noqa: E402
 from maxk_jax.models import qwen2  # noqa: E402
 
 FLAGS = flags.FLAGS

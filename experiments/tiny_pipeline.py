@@ -9,16 +9,16 @@ Phases (each with a progress bar; wall and CPU seconds of each are reported):
   1. data      the synthetic family's train / test split (`maxk_jax.data.synthetic`), written as
                Problem JSONL caches; or a real dataset (--dataset / --dataset_path).
   2. base      a byte-level BPE tokenizer + ~0.9M-parameter Qwen2 (`maxk_jax.models.tiny`), then
-               the supervised warm-up (`maxk_jax.warmup`) on noisy generated solutions; the result
+               the supervised warm-up (`maxk_jax.rl.warmup`) on noisy generated solutions; the result
                is a HF-format checkpoint cached under ``<runs_dir>/_cache/base-<hash>`` (the hash
                covers every setting that changes it) and reused by later runs. --model_path skips it.
-  3. rl        the training helper's RL loop (`maxk_jax.rl_loop.run`) with the chosen estimator
+  3. rl        the training helper's RL loop (`maxk_jax.rl.loop.run`) with the chosen estimator
                (default ``maxk_offpolicy``, the paper's method), writing ``<run>/rl``.
   4. eval      base and trained model on the test problems, n = 64 samples each with the SAME
                sample keys (paired), judged by the embedded sandbox.
   5. report    ``<run>/report.md`` (phase timings, pass@k and max@k for k = 1, 2, 4, ..., 64,
                base vs trained, paired Wilcoxon p-values) and ``<run>/curves.png``; per-model
-               details in ``<run>/base`` and ``<run>/trained`` (`maxk_jax.eval_report`).
+               details in ``<run>/base`` and ``<run>/trained`` (`maxk_jax.eval.report`).
 
 Judging goes through `CachingExecutor`: identical (program, tests) submissions are judged once
 per process. The synthetic programs are deterministic, so this changes no reward; it matters
@@ -152,8 +152,8 @@ def synthetic_config(cfg: ConfigDict) -> Any:
 
 
 def warmup_config(cfg: ConfigDict) -> Any:
-    """`maxk_jax.warmup.WarmupConfig` of ``cfg.warmup`` (data fields excluded)."""
-    from maxk_jax.warmup import WarmupConfig
+    """`maxk_jax.rl.warmup.WarmupConfig` of ``cfg.warmup`` (data fields excluded)."""
+    from maxk_jax.rl.warmup import WarmupConfig
 
     w = {k: v for k, v in cfg.warmup.to_dict().items() if k not in ("per_problem", "noise")}
     return WarmupConfig(**w)
@@ -161,10 +161,10 @@ def warmup_config(cfg: ConfigDict) -> Any:
 
 def validate(cfg: ConfigDict) -> None:
     """Every check that needs no model or data: ValueError naming the field, before any work."""
-    from maxk_jax import rl_loop
+    from maxk_jax.rl import loop as rl_loop
     from maxk_jax.data.loaders import LOADERS, canonical_name
     from maxk_jax.estimators import list_estimators
-    from maxk_jax.sampling_filters import validate_filters
+    from maxk_jax.sampling import validate_filters
 
     if not cfg.name or "/" in cfg.name or cfg.name.startswith((".", "_")):
         raise ValueError(f"name={cfg.name!r} must be a plain directory name (no '/', not starting with . or _)")
@@ -261,7 +261,7 @@ def _plot_losses(losses: np.ndarray, path: str) -> None:
 def build_base(cfg: ConfigDict, train: Sequence[Problem], out_dir: str, *, progress: bool = True) -> dict[str, Any]:
     """Tokenizer + tiny Qwen2 + warm-up, written as a HF checkpoint to `out_dir` (see
     `prepare_base`). Returns the warm-up record (also written to ``out_dir/warmup.json``)."""
-    from maxk_jax import warmup
+    from maxk_jax.rl import warmup
     from maxk_jax.data.synthetic import tokenizer_corpus
     from maxk_jax.models import convert, qwen2, tiny
     from maxk_jax.models.tokenizer import load_tokenizer
@@ -339,7 +339,7 @@ def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer:
     if cfg.data.dataset == "synthetic":
         problems = list(test)
     else:
-        from maxk_jax import rl_loop
+        from maxk_jax.rl import loop as rl_loop
 
         spec = ConfigDict(cfg.rl.eval.to_dict())
         spec.update(dataset=cfg.data.dataset, path=cfg.data.path, split=cfg.data.eval_split,
@@ -351,9 +351,9 @@ def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer:
 
 
 def eval_settings(cfg: ConfigDict, model_config: Any, tokenizer: Any) -> Any:
-    """`maxk_jax.rollout.RolloutSettings` of the evaluation (prompt format as in RL)."""
-    from maxk_jax.evaluation import default_eos_ids
-    from maxk_jax.rollout import RolloutSettings
+    """`maxk_jax.rl.rollout.RolloutSettings` of the evaluation (prompt format as in RL)."""
+    from maxk_jax.eval.run import default_eos_ids
+    from maxk_jax.rl.rollout import RolloutSettings
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model_config.pad_token_id or 0)
     fmt = "statement" if (cfg.data.dataset == "synthetic" and not cfg.model.path) else "full"
@@ -367,14 +367,14 @@ def evaluate_model(cfg: ConfigDict, model_config: Any, params: Any, tokenizer: A
                    executor: Any, out_dir: str, name: str, *, progress: bool = True,
                    mesh: Optional[jax.sharding.Mesh] = None, ks: Sequence[int] | None = None) -> Any:
     """n samples per problem (key ``eval.seed``: the same sample keys for every model), judged;
-    writes the `maxk_jax.eval_report` files to `out_dir` (process 0) and returns the `EvalResult`.
+    writes the `maxk_jax.eval.report` files to `out_dir` (process 0) and returns the `EvalResult`.
     ``mesh`` (multi-host: params on it): the problems are split across hosts. ks: the k values of
     the tables (default 1, 2, 4, ..., n)."""
     from maxk_jax.multihost import batch_block
 
-    from maxk_jax.eval_report import write_report
-    from maxk_jax.evaluation import default_ks, run_evaluation
-    from maxk_jax.rollout import PromptCompletionSource
+    from maxk_jax.eval.report import write_report
+    from maxk_jax.eval.run import default_ks, run_evaluation
+    from maxk_jax.rl.rollout import PromptCompletionSource
 
     settings = eval_settings(cfg, model_config, tokenizer)
     source = PromptCompletionSource(model_config, params, tokenizer, settings, mesh)
@@ -391,8 +391,8 @@ def evaluate_model(cfg: ConfigDict, model_config: Any, params: Any, tokenizer: A
 
 
 def load_trained(rl_dir: str, model_path: str, mesh: Optional[jax.sharding.Mesh] = None) -> Any:
-    """The final RL checkpoint (`maxk_jax.eval_checkpoint.LoadedModel`; params on `mesh` if given)."""
-    from maxk_jax.eval_checkpoint import load_model
+    """The final RL checkpoint (`maxk_jax.eval.checkpoint.LoadedModel`; params on `mesh` if given)."""
+    from maxk_jax.eval.checkpoint import load_model
 
     return load_model(os.path.join(rl_dir, "checkpoints"), model_dir=model_path, mesh=mesh)
 
@@ -415,7 +415,7 @@ def lead_first(fn: Callable[[], Any], name: str) -> Any:
 def report_markdown(cfg: ConfigDict, comparison: dict[str, Any], timings: dict[str, dict[str, float]],
                     base: dict[str, Any], rl_record: dict[str, Any], load: dict[str, Any]) -> str:
     """report.md: setup, per-phase timings, base model facts, then the comparison tables."""
-    from maxk_jax.eval_compare import comparison_markdown
+    from maxk_jax.eval.compare import comparison_markdown
 
     a = cfg.rl.algo
     lines = [f"# Tiny pipeline run `{cfg.name}`", "",
@@ -446,8 +446,9 @@ def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = T
     """Run every phase (module docstring) and return ``{"run_dir", "report", "curves", "timings",
     "comparison"}``. ValueError for bad settings before anything is built; an existing run
     directory is refused unless `overwrite`."""
-    from maxk_jax import rl_loop, sharding
-    from maxk_jax.eval_compare import compare_runs, write_comparison
+    from maxk_jax import sharding
+    from maxk_jax.rl import loop as rl_loop
+    from maxk_jax.eval.compare import compare_runs, write_comparison
     from maxk_jax.execution import make_executor
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer

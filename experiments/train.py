@@ -43,7 +43,7 @@ flags.DEFINE_bool("validate_only", False, "Validate the config (no model loading
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from maxk_jax import rl_loop
+    from maxk_jax.rl import loop as rl_loop
 
     cfg = FLAGS.config
     if FLAGS.validate_only:

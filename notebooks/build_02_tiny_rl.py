@@ -36,10 +36,13 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from maxk_jax import estimators, rollout, sharding, training, warmup
+from maxk_jax import estimators, sharding
+from maxk_jax.rl import rollout
+from maxk_jax.rl import training
+from maxk_jax.rl import warmup
 from maxk_jax.data import synthetic
-from maxk_jax.eval_compare import compare_runs
-from maxk_jax.evaluation import run_evaluation
+from maxk_jax.eval.compare import compare_runs
+from maxk_jax.eval.run import run_evaluation
 from maxk_jax.execution import make_executor
 from maxk_jax.models import convert, qwen2, tiny
 from maxk_jax.models.tokenizer import load_tokenizer

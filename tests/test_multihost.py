@@ -16,7 +16,7 @@ import pytest
 
 from maxk_jax import multihost, sharding
 from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
-from maxk_jax.metrics_log import read_metrics
+from maxk_jax.rl.metrics_log import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH_TIMEOUT = 420   # seconds for one launch of all its processes (a hang fails, never blocks)
@@ -240,7 +240,7 @@ class _FakeJudge:
 
 
 def test_evaluation_splits_every_group_across_hosts_and_calls_the_source_on_every_host():
-    from maxk_jax.evaluation import StaticCompletionSource, run_evaluation
+    from maxk_jax.eval.run import StaticCompletionSource, run_evaluation
 
     problems = [echo_problem(i) for i in range(5)]
     texts = {p.id: ["```python\nprint(input())\n```", f"```python\nprint({i})\n```"]

@@ -9,7 +9,7 @@ Phases and their fields:
               problems (`maxk_jax.models.tiny.train_tokenizer`);
   model       tiny Qwen2 dimensions (`maxk_jax.models.tiny.tiny_qwen2_config`), init seed, or
               `path` = an existing HF Qwen2 directory (skips tokenizer, model build and warm-up);
-  warmup      supervised warm-up (`maxk_jax.warmup.WarmupConfig` + data: `per_problem` noisy
+  warmup      supervised warm-up (`maxk_jax.rl.warmup.WarmupConfig` + data: `per_problem` noisy
               solutions per train problem at near-miss rate `noise`);
   rl          the RL run, a full experiments/configs/tiny_synthetic.py config (training helper's
               RL loop); the pipeline fills in model.path, data.problems and output_dir;

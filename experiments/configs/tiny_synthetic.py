@@ -18,7 +18,7 @@ def get_config() -> ml_collections.ConfigDict:
     c = base.make("maxk_offpolicy")
     c.name = "tiny_synthetic"
     c.data.dataset = "synthetic"
-    c.data.prompt_format = "statement"   # the format maxk_jax.warmup trains the tiny model on
+    c.data.prompt_format = "statement"   # the format maxk_jax.rl.warmup trains the tiny model on
     c.model.update(compute_dtype="float32", remat=False)   # CPU: float32 math, no remat needed
     c.rollout.update(prompts=8, n=8, max_new_tokens=64)
     c.optim.update(learning_rate=1e-3)

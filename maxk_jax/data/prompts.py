@@ -161,3 +161,11 @@ def make_token_counter(tokenizer: Any) -> Callable[[str], int]:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     return count
+
+
+def chat_prompt_ids(tokenizer: Any, user_message: str) -> list[int]:
+    """Token ids of a one-user-message conversation with the generation prompt (the prompt an
+    instruct model is sampled from): ``apply_chat_template`` then encode without extra specials."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": user_message}], tokenize=False,
+                                         add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -9,7 +9,7 @@ every PPO iteration) -- ignored by estimators that do not need it, ValueError wh
 log-ratio estimator gets None; mask [..., n] bool (False = sample excluded, e.g. sandbox_error:
 it behaves as absent and gets 0; rows with fewer than k valid samples get all zeros -- count
 them with `rows_below_k`); answer_ids [..., n] int, used only by `majority_vote` (the trainer
-passes ids of each program's judged behaviour, `maxk_jax.rollout.answer_ids`; -1 = undetermined,
+passes ids of each program's judged behaviour, `maxk_jax.rl.rollout.answer_ids`; -1 = undetermined,
 masked out of the vote).
 
 What each name computes (coefficient c_i of grad log pi(y_i), or the advantage A_i for PPO):
@@ -59,7 +59,7 @@ train step counts non-finite coefficients (metric ``nonfinite_coefficients``) an
 stops with an error -- never a silent inf/NaN.
 
 Metadata (`estimator_info(name)`): which loss form a method uses by default, whether it needs
-log-ratios, its minimum k.  Loss forms (maxk_jax.losses.KINDS): "clipped" = PPO/GRPO's clipped
+log-ratios, its minimum k.  Loss forms (maxk_jax.rl.losses.KINDS): "clipped" = PPO/GRPO's clipped
 surrogate eq. 4 on the coefficients (what the paper's pipeline does for every method, incl.
 off-policy BoN); "is_weighted" = sg(c_i) log pi(y_i) with the PPO trust-region mask, the
 gradient of the §3.3 derivation (c_i already carries the importance weights, no extra ratio).

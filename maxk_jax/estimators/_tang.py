@@ -182,7 +182,7 @@ def majority_vote_advantage(rewards, answer_ids, k: int, *, biased: bool = False
     """LOO advantage for Tang et al.'s majority-voting objective E[r(maj(a_1..a_k))] (§3.1).
 
     answer_ids: [..., n] int, equal ids = same final answer (the trainer uses the judge's
-    fingerprint of each program's behaviour on the test inputs, see `maxk_jax.rollout.answer_ids`);
+    fingerprint of each program's behaviour on the test inputs, see `maxk_jax.rl.rollout.answer_ids`);
     a NEGATIVE id means the answer is undetermined: that sample is masked (as with mask=False),
     never guessed.  rewards: [..., n], must be a function of the answer (checked when concrete).  Ties in the vote are broken uniformly at random, so
     f(I) = mean reward over the answers with the top count.  A_i = f(I) - f(I\\i) (eq. 2;

@@ -6,8 +6,8 @@ import sys
 
 import numpy as np
 
-from maxk_jax.eval_report import write_report
-from maxk_jax.eval_result import EvalResult, ProblemResult
+from maxk_jax.eval.report import write_report
+from maxk_jax.eval.result import EvalResult, ProblemResult
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -12,7 +12,7 @@ import pytest
 
 from experiments import compare_methods as cm
 from experiments.configs import tiny as tiny_config
-from maxk_jax.eval_result import EvalResult, ProblemResult
+from maxk_jax.eval.result import EvalResult, ProblemResult
 
 
 def _result(rewards: np.ndarray) -> EvalResult:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from maxk_jax.data.problem import Problem, StdioCase, StdioTests, save_problems
-from maxk_jax.eval_report import read_report
+from maxk_jax.eval.report import read_report
 from maxk_jax.models.tiny import build_tiny_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -49,7 +49,7 @@ def test_validate_only_good_config_with_overrides():
     assert out.returncode != 0 and "unknown method 'nope'" in out.stderr
 
 
-@pytest.mark.parametrize("args, message", [   # more cases in-process: tests/test_rl_loop.py
+@pytest.mark.parametrize("args, message", [   # more cases in-process: tests/rl/test_loop.py
     (["--config.algo.k=9"], "k=9 must be an int with 1 <= k <= n=8"),
     (["--config.rollout.prompts=3", "--config.rollout.n=2", "--config.algo.k=2", "--config.mesh.fsdp=1",
       "--config.mesh.data=-1"], "not divisible across the data*fsdp=8"),

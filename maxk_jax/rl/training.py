@@ -53,11 +53,11 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from maxk_jax import losses
+from maxk_jax.rl import losses
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.models import qwen2
-from maxk_jax.sampling_filters import top_k_mask, top_p_mask
+from maxk_jax.sampling import top_k_mask, top_p_mask
 
 Params = Any
 LOSS_KINDS = ("auto",) + losses.KINDS

@@ -1,4 +1,4 @@
-"""Tests for maxk_jax.losses: gradients vs independent formulas, a PyTorch GRPO reference, KL,
+"""Tests for maxk_jax.rl.losses: gradients vs independent formulas, a PyTorch GRPO reference, KL,
 aggregation, masking, metrics and error paths."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maxk_jax import losses
-from maxk_jax.losses import LossConfig
+from maxk_jax.rl import losses
+from maxk_jax.rl.losses import LossConfig
 
 
 # ---------------------------------------------------------------- toy linear-softmax policy

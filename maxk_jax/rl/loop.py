@@ -12,7 +12,7 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
   3. reference log-probs (a no-grad pass with the initial weights) when kl_beta > 0;
   4. ``algo.ppo_iterations`` calls of ``train_step`` on that batch (each recomputes the
      log-ratios against the behaviour log-probs and feeds them to the estimator);
-  5. periodic evaluation (``maxk_jax.evaluation.evaluate_problems`` on ``eval.*`` problems,
+  5. periodic evaluation (``maxk_jax.eval.run.evaluate_problems`` on ``eval.*`` problems,
      a fixed key so checkpoints are compared on the same sample keys);
   6. the metrics record is written, then (every ``checkpoint.interval`` steps and at the end)
      an orbax checkpoint: state ``{"step", "params", "opt_state"}`` plus metadata
@@ -54,14 +54,14 @@ from tqdm.auto import tqdm
 
 from maxk_jax import checkpoint as ckpt_lib
 from maxk_jax import multihost
-from maxk_jax import rollout as rollout_lib
+from maxk_jax.rl import rollout as rollout_lib
 from maxk_jax import sharding as sharding_lib
-from maxk_jax import training
+from maxk_jax.rl import training
 from maxk_jax.data import load_dataset, load_problems, make_token_counter
 from maxk_jax.data.problem import Problem
 from maxk_jax.execution import Executor
-from maxk_jax.metrics_log import MetricsLogger
-from maxk_jax.sampling_filters import validate_filters
+from maxk_jax.rl.metrics_log import MetricsLogger
+from maxk_jax.sampling import validate_filters
 
 EvalFn = Callable[[Any, int], dict[str, float]]
 
@@ -243,7 +243,7 @@ def _mean_over_iterations(per_iter: list[dict[str, float]]) -> dict[str, float]:
 def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Any, executor: Executor,
                  mesh: jax.sharding.Mesh, settings: rollout_lib.RolloutSettings) -> EvalFn | None:
     """``eval_fn(params, rl_step) -> {"eval/pass_at_k/<k>": ..., "eval/max_at_k/<k>": ...}``:
-    ``maxk_jax.evaluation.run_evaluation`` on the ``eval.*`` problems with the rollout's prompt
+    ``maxk_jax.eval.run.run_evaluation`` on the ``eval.*`` problems with the rollout's prompt
     format and the eval sampling settings, a fixed key ``eval.seed`` (every checkpoint is scored
     on the same sample keys); the report goes to ``<output_dir>/eval/step_<rl_step>``.
     None when ``eval.interval`` is 0."""
@@ -251,8 +251,8 @@ def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Any, executor: E
         return None
     import dataclasses
 
-    from maxk_jax.eval_report import write_report
-    from maxk_jax.evaluation import run_evaluation
+    from maxk_jax.eval.report import write_report
+    from maxk_jax.eval.run import run_evaluation
 
     problems = load_problem_set(cfg.eval, tokenizer)
     ks = _eval_ks(cfg)
@@ -288,7 +288,7 @@ def _render_kwargs(cfg: ConfigDict) -> dict[str, Any]:
 def _eos_ids(cfg: ConfigDict, model_config: Any, tokenizer: Any) -> tuple[int, ...]:
     if cfg.rollout.eos_ids:
         return tuple(int(x) for x in str(cfg.rollout.eos_ids).split(","))
-    from maxk_jax.evaluation import default_eos_ids
+    from maxk_jax.eval.run import default_eos_ids
 
     return tuple(default_eos_ids(model_config, tokenizer))
 

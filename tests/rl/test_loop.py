@@ -12,14 +12,16 @@ import numpy as np
 import pytest
 
 from experiments.configs import base, tiny_synthetic  # noqa: F401
-from maxk_jax import rl_loop, rollout, training
+from maxk_jax.rl import loop as rl_loop
+from maxk_jax.rl import rollout
+from maxk_jax.rl import training
 from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
 from maxk_jax.data import synthetic as syn
 from maxk_jax.estimators import max_at_k
-from maxk_jax.metrics_log import MetricsLogger, deterministic, read_metrics
+from maxk_jax.rl.metrics_log import MetricsLogger, deterministic, read_metrics
 from maxk_jax.models import tiny
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ------------------------------------------------------------------ fixtures ----------------
@@ -47,7 +49,7 @@ def warm_ckpt(tmp_path_factory, tiny_ckpt):
     """The tiny checkpoint after a short supervised warm-up on a mix of right, partly right
     (1/3 of the tests) and wrong answers to the fixture problems, so sampled rewards vary within
     a prompt group (real judged rewards, non-zero advantages)."""
-    from maxk_jax import warmup
+    from maxk_jax.rl import warmup
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer
 

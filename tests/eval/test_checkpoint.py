@@ -1,4 +1,4 @@
-"""maxk_jax.eval_checkpoint: HF directories and orbax training checkpoints (params-only restore)."""
+"""maxk_jax.eval.checkpoint: HF directories and orbax training checkpoints (params-only restore)."""
 import flax
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from maxk_jax.checkpoint import Checkpointer
-from maxk_jax.eval_checkpoint import generation_eos_ids, load_model
+from maxk_jax.eval.checkpoint import generation_eos_ids, load_model
 from maxk_jax.models import convert, qwen2
 from maxk_jax.models.tiny import tiny_qwen2_config
 
@@ -21,7 +21,7 @@ def make_hf_dir(path, hidden_size=16):
 
 @flax.struct.dataclass
 class State:
-    """Same layout as maxk_jax.training.TrainState (step, params, opt_state)."""
+    """Same layout as maxk_jax.rl.training.TrainState (step, params, opt_state)."""
 
     step: jax.Array
     params: dict

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from maxk_jax import warmup
+from maxk_jax.rl import warmup
 from maxk_jax.data import synthetic
 from maxk_jax.models import qwen2, tiny
 

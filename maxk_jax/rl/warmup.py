@@ -38,6 +38,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from maxk_jax.data.prompts import chat_prompt_ids  # noqa: F401  (re-exported: the warm-up prompt format)
 from maxk_jax.models import qwen2
 
 Params = Any
@@ -106,14 +107,6 @@ class WarmupResult(NamedTuple):
 # ----------------------------------------------------------------------------------------------
 # Examples
 # ----------------------------------------------------------------------------------------------
-def chat_prompt_ids(tokenizer: Any, user_message: str) -> list[int]:
-    """Token ids of a one-user-message conversation with the generation prompt (the prompt an
-    instruct model is sampled from): ``apply_chat_template`` then encode without extra specials."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": user_message}], tokenize=False,
-                                         add_generation_prompt=True)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
 def encode_example(tokenizer: Any, user_message: str, completion: str) -> Example:
     """`Example` of a user message and an answer: chat prompt ids, answer ids + the eos id."""
     eos = tokenizer.eos_token_id

@@ -6,7 +6,7 @@ import torch
 import transformers
 from hypothesis import given, settings, strategies as st
 
-from maxk_jax.sampling_filters import (greedy_logprobs, sampling_logprobs, top_k_mask, top_p_mask,
+from maxk_jax.sampling import (greedy_logprobs, sampling_logprobs, top_k_mask, top_p_mask,
                                        validate_filters)
 
 

@@ -1,10 +1,10 @@
-"""maxk_jax.eval_report: append-only JSONL log (torn line repair), result directories, tables, plot."""
+"""maxk_jax.eval.report: append-only JSONL log (torn line repair), result directories, tables, plot."""
 import json
 
 import pytest
 
-from maxk_jax import eval_report
-from maxk_jax.eval_result import EvalResult, ProblemResult
+from maxk_jax.eval import report as eval_report
+from maxk_jax.eval.result import EvalResult, ProblemResult
 
 
 def make(index, passed, total=2):

@@ -8,12 +8,12 @@
 
 Sampling is ``maxk_jax.sampling.generate`` (one key per rollout, split per sample by the
 sampler); completions are decoded without special tokens, code is extracted and judged by
-``maxk_jax.evaluation.judge_completions`` (sandbox errors re-judged ``sandbox_retries`` times).
+``maxk_jax.judging.judge_completions`` (sandbox errors re-judged ``sandbox_retries`` times).
 A sample whose reward stays null (``sandbox_error``, or ``invalid`` = the problem's own tests
 are broken) gets ``valid = False``: it is masked out of the estimator and the loss and counted
 (``masked_samples``), never turned into a 0 reward.
 
-Batch layout (see ``maxk_jax.training``): prompts are left-padded to a power-of-two bucket
+Batch layout (see ``maxk_jax.rl.training``): prompts are left-padded to a power-of-two bucket
 Sp >= ``min_prompt_bucket`` (so a new prompt length rarely recompiles the train step) followed
 by the T = max_new_tokens completion slots; ``old_logp`` are the sampler's log-probs (under the
 tempered, truncated distribution actually sampled from).  ``answer_ids`` (majority_vote) come
@@ -34,11 +34,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from maxk_jax import multihost, sampling, training
+from maxk_jax import multihost, sampling
+from maxk_jax.rl import training
 from maxk_jax.data.problem import Problem
 from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, render_prompt
-from maxk_jax.eval_result import ProblemResult, problem_metrics
-from maxk_jax.evaluation import Completions, judge_completions
+from maxk_jax.eval.result import ProblemResult, problem_metrics
+from maxk_jax.judging import Completions, judge_completions
 from maxk_jax.execution import Executor
 from maxk_jax.models import qwen2
 
@@ -97,10 +98,10 @@ def encode_problems(problems: Sequence[Problem], tokenizer: Any, prompt_format: 
 
     "full": ``maxk_jax.data.prompts`` (system prompt, instructions, answer format; ``render_kwargs``
     such as chat / system_prompt).  "statement": the chat template around the bare statement, as
-    in ``maxk_jax.warmup`` (the tiny synthetic runs warm up on exactly this format).
+    in ``maxk_jax.rl.warmup`` (the tiny synthetic runs warm up on exactly this format).
     """
     if prompt_format == "statement":
-        from maxk_jax.warmup import chat_prompt_ids
+        from maxk_jax.data.prompts import chat_prompt_ids
 
         return [chat_prompt_ids(tokenizer, p.prompt) for p in problems], [False] * len(problems)
     if prompt_format != "full":
@@ -118,7 +119,7 @@ def decode(tokenizer: Any, tokens: np.ndarray, lengths: np.ndarray) -> list[tupl
 
 
 class PromptCompletionSource:
-    """``maxk_jax.evaluation`` completion source sampling with the rollout's prompt format:
+    """``maxk_jax.eval.run`` completion source sampling with the rollout's prompt format:
     ``source(problems, keys [P, m], first_sample) -> [Completions] * P``."""
 
     def __init__(self, config: qwen2.Qwen2Config, params: Any, tokenizer: Any,

@@ -22,8 +22,8 @@ from typing import Any, Optional
 import numpy as np
 import scipy.stats
 
-from maxk_jax.eval_report import atomic_write, markdown_table, plot_curves
-from maxk_jax.eval_result import METRICS, EvalResult
+from maxk_jax.eval.report import atomic_write, markdown_table, plot_curves
+from maxk_jax.eval.result import METRICS, EvalResult
 
 COMPARISON_JSON = "comparison.json"
 COMPARISON_MD = "comparison.md"

@@ -1,4 +1,4 @@
-"""maxk_jax.evaluation: batching plan, completion sources, judging (retries / exclusion), the loop,
+"""maxk_jax.eval.run: batching plan, completion sources, judging (retries / exclusion), the loop,
 HumanEval canonical solutions, exact pass@k / max@k against brute force, deterministic resume."""
 import itertools
 
@@ -6,10 +6,10 @@ import jax
 import numpy as np
 import pytest
 
-from maxk_jax import eval_report
+from maxk_jax.eval import report as eval_report
 from maxk_jax.data import load_dataset
 from maxk_jax.data.problem import FunctionCase, FunctionTests, Problem, StdioCase, StdioTests
-from maxk_jax.evaluation import (Completions, StaticCompletionSource, check_ks, default_eos_ids, default_ks,
+from maxk_jax.eval.run import (Completions, StaticCompletionSource, check_ks, default_eos_ids, default_ks,
                                  judge_completions, plan_groups, problem_sample_keys, run_evaluation)
 from maxk_jax.execution import make_executor
 
@@ -330,7 +330,7 @@ def test_run_evaluation_rejects_bad_input(executor):
                                              (dict(top_p=2.0), "top_p must lie in"),
                                              (dict(top_k=-1), "top_k must be an int >= 0")])
 def test_model_completion_source_rejects_bad_sampling_settings_at_construction(settings, match):
-    from maxk_jax.evaluation import ModelCompletionSource
+    from maxk_jax.eval.run import ModelCompletionSource
 
     with pytest.raises(ValueError, match=match):
         ModelCompletionSource(None, None, None, max_new_tokens=4, eos_id=0, **settings)

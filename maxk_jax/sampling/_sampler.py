@@ -19,7 +19,7 @@ How it runs (two jit-compiled functions, config and :class:`SamplerSettings` sta
    ``lax.while_loop`` runs one ``qwen2.decode_step`` per token and stops as soon as every row has
    produced a stop token or T tokens were generated (``num_steps`` reports how many).
 
-Sampling distribution: :func:`maxk_jax.sampling_filters.sampling_logprobs` (temperature, top-k,
+Sampling distribution: :func:`maxk_jax.sampling._filters.sampling_logprobs` (temperature, top-k,
 top-p in that order; truncated and renormalised; temperature 0 = greedy with log-prob 0). The
 returned ``logprobs`` are entries of exactly that distribution, float32, 0 at padding.
 
@@ -74,7 +74,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from maxk_jax import multihost
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.models import qwen2
-from maxk_jax.sampling_filters import sampling_logprobs, validate_filters
+from maxk_jax.sampling import sampling_logprobs, validate_filters
 
 Params = Any
 #: Smallest prompt-length bucket (prompts are left-padded to a power of two at least this long).

@@ -1,11 +1,11 @@
-"""maxk_jax.eval_result: ProblemResult validation / JSON round trip, binary vs continuous rewards,
+"""maxk_jax.eval.result: ProblemResult validation / JSON round trip, binary vs continuous rewards,
 per-problem metrics with excluded samples, dataset means per k."""
 import itertools
 
 import numpy as np
 import pytest
 
-from maxk_jax.eval_result import EvalResult, ProblemResult, problem_metrics
+from maxk_jax.eval.result import EvalResult, ProblemResult, problem_metrics
 
 
 def make(index, passed, total=4, statuses=None, pid=None):

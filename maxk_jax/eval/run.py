@@ -5,7 +5,7 @@ Library entry points (no files)::
     result = evaluate_problems(config, params, tokenizer, problems, executor=ex, n=256,
                                max_new_tokens=256, key=jax.random.key(0))
     result.means()            # {"pass_at_k": {1: ..., 2: ...}, "max_at_k": {...}, ...}
-    maxk_jax.eval_report.write_report(result, out_dir)     # JSONL + summary JSON + table + PNG
+    maxk_jax.eval.report.write_report(result, out_dir)     # JSONL + summary JSON + table + PNG
 
 `run_evaluation(problems, source, ...)` is the same loop with an injectable *completion source*
 (``source(problems, keys [P, m], first_sample) -> [Completions of m texts] * P``):
@@ -36,10 +36,8 @@ problems; `EvalResult.means` reports how many). Nothing becomes a silent 0. With
 """
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Optional
 
@@ -47,10 +45,10 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from maxk_jax.data.extract import extract_code
 from maxk_jax.data.problem import Problem
 from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, render_prompt
-from maxk_jax.eval_result import STATUSES, EvalResult, ProblemResult
+from maxk_jax.eval.result import EvalResult, ProblemResult
+from maxk_jax.judging import Completions, judge_completions
 from maxk_jax.execution import Executor
 
 
@@ -112,37 +110,6 @@ def problem_sample_keys(key: jax.Array, index: int, n: int) -> jax.Array:
 # ----------------------------------------------------------------------------------------------
 # Completion sources
 # ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Completions:
-    """The completions of one problem.
-
-    texts: generated texts (decoded, special tokens removed); lengths: generated token counts
-    (None when unknown, e.g. replayed texts); inside_block: the prompt ended inside an opened
-    ```python fence, so code is extracted with ``extract_code(text, inside_block=True)``.
-    """
-
-    texts: tuple[str, ...]
-    lengths: Optional[tuple[int, ...]] = None
-    inside_block: bool = False
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "texts", tuple(self.texts))
-        for i, t in enumerate(self.texts):
-            if not isinstance(t, str):
-                raise ValueError(f"Completions.texts[{i}] must be a str, got {type(t).__name__}")
-        if self.lengths is not None:
-            object.__setattr__(self, "lengths", tuple(int(x) for x in self.lengths))
-            if len(self.lengths) != len(self.texts):
-                raise ValueError(f"Completions has {len(self.texts)} texts but {len(self.lengths)} lengths")
-
-    def concat(self, other: Completions) -> Completions:
-        """This problem's completions followed by `other`'s (sample chunks of one problem)."""
-        if self.inside_block != other.inside_block:
-            raise ValueError("cannot concatenate completions of prompts with different inside_block")
-        lengths = None if self.lengths is None or other.lengths is None else self.lengths + other.lengths
-        return Completions(self.texts + other.texts, lengths, self.inside_block)
-
-
 CompletionSource = Callable[[Sequence[Problem], jax.Array, int], list[Completions]]
 """``source(problems, keys, first_sample) -> list[Completions]``: keys [P, m] (typed keys, or raw
 uint32 [P, m, 2]) are the per-sample keys of samples ``first_sample .. first_sample + m - 1`` of
@@ -208,7 +175,7 @@ class ModelCompletionSource:
                  generate_kwargs: Optional[Mapping[str, Any]] = None, generate_fn: Optional[Callable] = None):
         self.config, self.params, self.tokenizer = config, params, tokenizer
         self.max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
-        from maxk_jax.sampling_filters import validate_filters
+        from maxk_jax.sampling import validate_filters
 
         validate_filters(temperature, top_k, top_p)   # fail at construction, not at the first sample
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
@@ -239,91 +206,6 @@ class ModelCompletionSource:
             result.append(Completions(tuple(decoded), tuple(int(x) for x in lengths[i]),
                                       prompt_opens_code_block(text)))
         return result
-
-
-# ----------------------------------------------------------------------------------------------
-# Judging
-# ----------------------------------------------------------------------------------------------
-def _judge_checked(executor: Executor, submissions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """executor.judge with the DESIGN.md contract checked (same ids in order, known statuses)."""
-    results = executor.judge(submissions)
-    if len(results) != len(submissions):
-        raise RuntimeError(f"executor returned {len(results)} results for {len(submissions)} submissions")
-    for sub, res in zip(submissions, results):
-        if not isinstance(res, Mapping) or res.get("id") != sub["id"]:
-            raise RuntimeError(f"executor result {res!r:.120} does not answer submission {sub['id']!r}")
-        if res.get("status") not in STATUSES:
-            raise RuntimeError(f"executor result {sub['id']!r} has unknown status {res.get('status')!r}")
-    return results
-
-
-def _problem_result(index: int, problem: Problem, comps: Completions, codes: list[str],
-                    results: list[dict[str, Any]], retried: int, keep_completions: bool,
-                    keep_behaviours: bool = False) -> ProblemResult:
-    rewards, passed, total, statuses = [], [], [], []
-    verdicts: collections.Counter = collections.Counter()
-    for res in results:
-        p, t, status = int(res["passed"]), int(res["total"]), res["status"]
-        reward = None
-        if status == "ok":
-            if t < 1 or res.get("reward") is None or not math.isclose(float(res["reward"]), p / t, abs_tol=1e-9):
-                raise RuntimeError(f"executor result {res['id']!r}: status ok but reward {res.get('reward')!r} "
-                                   f"is not passed/total = {p}/{t}")
-            reward = p / t
-        rewards.append(reward)
-        passed.append(p)
-        total.append(t)
-        statuses.append(status)
-        verdicts.update(str(test.get("verdict")) for test in res.get("tests") or ())
-    return ProblemResult(index=index, problem_id=problem.id, rewards=tuple(rewards), passed=tuple(passed),
-                         total=tuple(total), statuses=tuple(statuses), verdict_counts=dict(verdicts),
-                         lengths=comps.lengths, n_no_code=sum(not c.strip() for c in codes),
-                         sandbox_retries=retried, completions=comps.texts if keep_completions else None,
-                         behaviours=tuple(_behaviour(res) for res in results) if keep_behaviours else None)
-
-
-def _behaviour(res: Mapping[str, Any]) -> Optional[str]:
-    """The result's behaviour fingerprint; None when missing (older service), undetermined or not ok."""
-    value = res.get("behaviour")
-    return value if isinstance(value, str) and value and res.get("status") == "ok" else None
-
-
-def judge_completions(executor: Executor, problems: Sequence[Problem], indices: Sequence[int],
-                      completions: Sequence[Completions], *, sandbox_retries: int = 2,
-                      keep_completions: bool = False, keep_behaviours: bool = False) -> list[ProblemResult]:
-    """Extract code from every completion, judge them all in one ``executor.judge`` call, and
-    re-judge samples with status ``sandbox_error`` up to `sandbox_retries` more times.
-    `keep_behaviours` stores each sample's behaviour fingerprint (``ProblemResult.behaviours``).
-
-    problems, indices, completions: aligned, one entry per problem. Returns one `ProblemResult`
-    per problem; samples still failing (or ``invalid``) have reward None (excluded, not 0).
-    """
-    if not len(problems) == len(indices) == len(completions):
-        raise ValueError(f"{len(problems)} problems, {len(indices)} indices, {len(completions)} completions")
-    if isinstance(sandbox_retries, bool) or not isinstance(sandbox_retries, int) or sandbox_retries < 0:
-        raise ValueError(f"sandbox_retries must be an int >= 0, got {sandbox_retries!r}")
-    subs, owner, codes = [], [], []
-    for slot, (problem, index, comps) in enumerate(zip(problems, indices, completions)):
-        codes.append([extract_code(t, inside_block=comps.inside_block) for t in comps.texts])
-        for j, code in enumerate(codes[-1]):
-            subs.append(problem.to_submission(code, f"{index}/{j}"))
-            owner.append(slot)
-    results = _judge_checked(executor, subs) if subs else []
-    retried = [0] * len(problems)
-    for _ in range(sandbox_retries):
-        redo = [s for s, res in enumerate(results) if res["status"] == "sandbox_error"]
-        if not redo:
-            break
-        for s, res in zip(redo, _judge_checked(executor, [subs[s] for s in redo])):
-            results[s] = res
-            retried[owner[s]] += 1
-    out, start = [], 0
-    for slot, (problem, index, comps) in enumerate(zip(problems, indices, completions)):
-        m = len(comps.texts)
-        out.append(_problem_result(index, problem, comps, codes[slot], results[start:start + m], retried[slot],
-                                   keep_completions, keep_behaviours))
-        start += m
-    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -479,7 +361,7 @@ def evaluate_problems(config: Any, params: Any, tokenizer: Any, problems: Sequen
                       host: tuple[int, int] = (0, 1)) -> EvalResult:
     """Evaluate a Qwen2 model (`config`, `params`) on `problems`: `n` samples per problem, judged
     by `executor`, pass@k / max@k for `ks` (default 1, 2, 4, ..., n). No files are written
-    (`maxk_jax.eval_report.write_report` does that). For periodic evaluation in training.
+    (`maxk_jax.eval.report.write_report` does that). For periodic evaluation in training.
 
     `key` is the root key of `problem_sample_keys`. The returned `EvalResult.config` records the
     sampling settings (plus `run_config`; everything in it must be JSON). `host`: see

@@ -9,8 +9,9 @@ import torch
 from scipy import stats
 
 from maxk_jax import sampling, sharding
+from maxk_jax.sampling import _sampler
 from maxk_jax.models import convert, qwen2
-from maxk_jax.sampling_filters import sampling_logprobs
+from maxk_jax.sampling import sampling_logprobs
 from tests.models.hf_fixtures import make_tiny_hf_model
 
 _filtered = jax.jit(sampling_logprobs, static_argnames=("temperature", "top_k", "top_p"))
@@ -89,10 +90,10 @@ def test_stop_tokens_lengths_padding_and_early_stop(tiny, greedy_prompts, greedy
     stop = sorted({int(ref[p, 0, 3]) for p in range(len(GREEDY_LENS))})
     expected = np.array([next(j for j in range(T_GREEDY) if ref[p, 0, j] in stop) + 1
                          for p in range(len(GREEDY_LENS))])
-    compiled = sampling._decode._cache_size()
+    compiled = _sampler._decode._cache_size()
     out = sampling.generate(config, params, greedy_prompts, n=2, max_new_tokens=T_GREEDY,
                             key=jax.random.key(0), temperature=0.0, eos_id=stop, pad_id=7)
-    assert sampling._decode._cache_size() == compiled  # stop ids / pad id are data, not static
+    assert _sampler._decode._cache_size() == compiled  # stop ids / pad id are data, not static
     lengths = np.asarray(out.lengths)
     np.testing.assert_array_equal(lengths, np.stack([expected, expected], 1))
     assert int(out.num_steps) == expected.max() <= 4 < T_GREEDY  # the while_loop stopped early
@@ -111,16 +112,16 @@ def test_prompt_buckets_reuse_compilation_and_rows_are_independent(tiny, greedy_
     _, config, params = tiny
     others = _prompts([30, 2, 25], config.vocab_size, 5)
     prompts = [greedy_prompts[2]] + others  # 4 prompts of new lengths, same bucket (32)
-    sizes = sampling._prefill._cache_size(), sampling._decode._cache_size()
+    sizes = _sampler._prefill._cache_size(), _sampler._decode._cache_size()
     out = sampling.generate(config, params, prompts, n=2, max_new_tokens=T_GREEDY,
                             key=jax.random.key(3), temperature=0.0)
-    assert (sampling._prefill._cache_size(), sampling._decode._cache_size()) == sizes
+    assert (_sampler._prefill._cache_size(), _sampler._decode._cache_size()) == sizes
     np.testing.assert_array_equal(np.asarray(out.tokens[0]), np.asarray(greedy_nostop.tokens[2]))
     # 3 prompts -> batch bucket 4 (one dummy row, discarded): still no recompilation.
     out3 = sampling.generate(config, params, prompts[:3], n=2, max_new_tokens=T_GREEDY,
                              key=jax.random.key(3), temperature=0.0)
     assert out3.tokens.shape == (3, 2, T_GREEDY)
-    assert (sampling._prefill._cache_size(), sampling._decode._cache_size()) == sizes
+    assert (_sampler._prefill._cache_size(), _sampler._decode._cache_size()) == sizes
     np.testing.assert_array_equal(np.asarray(out3.tokens), np.asarray(out.tokens[:3]))
 
 

@@ -5,7 +5,7 @@
 * Orbax checkpoint written by `maxk_jax.checkpoint.Checkpointer` (the training run's
   ``<dir>/<step>/{state,metadata}``; pass the root -- latest or ``step`` -- or a step directory).
   Only the ``params`` subtree of the saved state (``TrainState.params`` of
-  `maxk_jax.training`, or any state pytree with a top-level ``params`` entry) is read, with an
+  `maxk_jax.rl.training`, or any state pytree with a top-level ``params`` entry) is read, with an
   orbax partial restore onto the model's abstract params (shapes checked, cast to `dtype`); the
   optimizer state is never loaded. The model architecture and tokenizer come from an HF
   directory: `model_dir` if given, else the checkpoint metadata's ``"model_dir"`` entry

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import numpy as np
 from absl import logging
 
-from maxk_jax.eval_result import METRICS, EvalResult, ProblemResult
+from maxk_jax.eval.result import METRICS, EvalResult, ProblemResult
 
 PER_PROBLEM = "per_problem.jsonl"
 SUMMARY = "summary.json"

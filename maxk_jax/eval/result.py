@@ -8,133 +8,22 @@ Rewards as the max@k paper defines them (§2, App. C.1): per completion the judg
 
 Both are computed with the unbiased estimators `maxk_jax.estimators.pass_at_k` / `max_at_k` over
 the problem's valid samples; samples whose judgement failed (reward null, see
-`maxk_jax.evaluation`) are masked out exactly as if they had not been drawn, and a problem with
+`maxk_jax.eval.run`) are masked out exactly as if they had not been drawn, and a problem with
 fewer than k valid samples has no value at that k.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
-import math
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from maxk_jax import estimators
+from maxk_jax.judging import STATUSES, ProblemResult  # noqa: F401  (re-exported)
 
-STATUSES = ("ok", "sandbox_error", "invalid")
 METRICS = ("pass_at_k", "max_at_k")
-
-
-@dataclasses.dataclass(frozen=True)
-class ProblemResult:
-    """Judged samples of one problem (one line of the per-problem JSONL).
-
-    index: position of the problem in the evaluated list; rewards[j] = passed[j] / total[j] for
-    judged samples, None for excluded ones (status ``sandbox_error`` after retries, or
-    ``invalid``); verdict_counts: per-test verdicts summed over all samples; lengths: generated
-    token counts (None when unknown); n_no_code: samples in which no Python code was found;
-    sandbox_retries: re-judging rounds used; completions: the texts, kept only on request;
-    behaviours: each sample's behaviour fingerprint (`maxk_jax.execution.behaviour`; None =
-    undetermined), kept only on request (the trainer's majority vote uses them).
-    """
-
-    index: int
-    problem_id: str
-    rewards: tuple[Optional[float], ...]
-    passed: tuple[int, ...]
-    total: tuple[int, ...]
-    statuses: tuple[str, ...]
-    verdict_counts: dict[str, int]
-    lengths: Optional[tuple[int, ...]] = None
-    n_no_code: int = 0
-    sandbox_retries: int = 0
-    completions: Optional[tuple[str, ...]] = None
-    behaviours: Optional[tuple[Optional[str], ...]] = None
-
-    def __post_init__(self) -> None:
-        m = len(self.rewards)
-        for name in ("passed", "total", "statuses"):
-            if len(getattr(self, name)) != m:
-                raise ValueError(f"problem result {self.problem_id!r}: {name} has {len(getattr(self, name))} "
-                                 f"entries, rewards has {m}")
-        for name in ("lengths", "completions", "behaviours"):
-            value = getattr(self, name)
-            if value is not None and len(value) != m:
-                raise ValueError(f"problem result {self.problem_id!r}: {name} has {len(value)} entries, "
-                                 f"rewards has {m}")
-        bad = [s for s in self.statuses if s not in STATUSES]
-        if bad:
-            raise ValueError(f"problem result {self.problem_id!r}: unknown status {bad[0]!r}; valid: {STATUSES}")
-        for r, s, p, t in zip(self.rewards, self.statuses, self.passed, self.total):
-            if (r is None) != (s != "ok"):
-                raise ValueError(f"problem result {self.problem_id!r}: reward {r!r} does not match status {s!r} "
-                                 "(only status 'ok' has a reward)")
-            if r is not None and (not math.isfinite(r) or not 0 <= p <= t or t < 1
-                                  or not math.isclose(r, p / t, rel_tol=1e-9, abs_tol=1e-12)):
-                raise ValueError(f"problem result {self.problem_id!r}: reward {r!r} is not passed/total = {p}/{t}")
-
-    @property
-    def n_sampled(self) -> int:
-        """Completions sampled."""
-        return len(self.rewards)
-
-    @property
-    def n(self) -> int:
-        """Valid (judged) samples: the n of the pass@k / max@k estimators."""
-        return sum(r is not None for r in self.rewards)
-
-    def valid(self) -> np.ndarray:
-        """[n_sampled] bool: the sample was judged (reward not null)."""
-        return np.array([r is not None for r in self.rewards], dtype=bool)
-
-    def reward_array(self) -> np.ndarray:
-        """[n_sampled] float64 continuous reward passed/total (0.0 at excluded samples; see `valid`)."""
-        return np.array([0.0 if r is None else r for r in self.rewards], dtype=np.float64)
-
-    def correct_array(self) -> np.ndarray:
-        """[n_sampled] bool binary reward: judged and all tests passed (passed == total)."""
-        return np.array([r is not None and p == t for r, p, t in zip(self.rewards, self.passed, self.total)],
-                        dtype=bool)
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSONL record (fixed key order)."""
-        out = {"index": self.index, "id": self.problem_id, "n_sampled": self.n_sampled, "n": self.n,
-               "rewards": list(self.rewards), "passed": list(self.passed), "total": list(self.total),
-               "statuses": list(self.statuses),
-               "status_counts": dict(sorted(collections.Counter(self.statuses).items())),
-               "verdict_counts": dict(sorted(self.verdict_counts.items())),
-               "completion_lengths": None if self.lengths is None else list(self.lengths),
-               "n_no_code": self.n_no_code, "sandbox_retries": self.sandbox_retries}
-        if self.completions is not None:
-            out["completions"] = list(self.completions)
-        if self.behaviours is not None:
-            out["behaviours"] = list(self.behaviours)
-        return out
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> ProblemResult:
-        """Inverse of `to_json`; ValueError naming the missing or inconsistent field."""
-        if not isinstance(obj, Mapping):
-            raise ValueError(f"problem result must be a JSON object, got {obj!r:.80}")
-        for key in ("index", "id", "rewards", "passed", "total", "statuses", "verdict_counts"):
-            if key not in obj:
-                raise ValueError(f"problem result is missing field {key!r}")
-        try:
-            lengths, completions = obj.get("completion_lengths"), obj.get("completions")
-            behaviours = obj.get("behaviours")
-            return cls(index=int(obj["index"]), problem_id=str(obj["id"]),
-                       rewards=tuple(None if r is None else float(r) for r in obj["rewards"]),
-                       passed=tuple(int(x) for x in obj["passed"]), total=tuple(int(x) for x in obj["total"]),
-                       statuses=tuple(obj["statuses"]),
-                       verdict_counts={str(k): int(v) for k, v in obj["verdict_counts"].items()},
-                       lengths=None if lengths is None else tuple(int(x) for x in lengths),
-                       n_no_code=int(obj.get("n_no_code", 0)), sandbox_retries=int(obj.get("sandbox_retries", 0)),
-                       completions=None if completions is None else tuple(completions),
-                       behaviours=None if behaviours is None else tuple(behaviours))
-        except (TypeError, AttributeError) as e:
-            raise ValueError(f"malformed problem result {obj.get('id')!r}: {e}") from e
 
 
 def problem_metrics(correct: np.ndarray, rewards: np.ndarray, valid: np.ndarray,

@@ -8,7 +8,8 @@ import numpy as np
 import optax
 import pytest
 
-from maxk_jax import sharding, training
+from maxk_jax import sharding
+from maxk_jax.rl import training
 from maxk_jax.estimators import estimator_info, get_estimator, list_estimators
 from maxk_jax.models import qwen2
 

@@ -1,4 +1,4 @@
-"""maxk_jax.eval_compare: paired Wilcoxon tests (all-zero differences, missing pairs), side-by-side
+"""maxk_jax.eval.compare: paired Wilcoxon tests (all-zero differences, missing pairs), side-by-side
 tables, problem-set checks, written files."""
 import json
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from maxk_jax.eval_compare import compare_runs, comparison_markdown, wilcoxon_test, write_comparison
-from maxk_jax.eval_result import EvalResult, ProblemResult
+from maxk_jax.eval.compare import compare_runs, comparison_markdown, wilcoxon_test, write_comparison
+from maxk_jax.eval.result import EvalResult, ProblemResult
 
 
 def synthetic_run(seed, n=8, problems=30, skill=0.3, ids=None):

@@ -1,0 +1,11 @@
+"""RL fine-tuning: losses, the train step, rollouts, the loop, the supervised warm-up.
+
+Data flow of one RL step: problems -> rollout (sampler + judge, ``rollout``) -> estimator
+coefficients and the PPO losses (``losses``) inside the jitted train step (``training``) -> the
+loop (``loop``: setup, steps, checkpoints, metrics via ``metrics_log``).  ``warmup`` is the
+supervised warm-up of the tiny policy.
+
+Modules: ``losses`` (clipped surrogate, IS-weighted form, KL, entropy), ``training``
+(StepConfig, Batch, TrainState, make_train_step), ``rollout`` (RolloutSettings, collect),
+``loop`` (run, validate_config), ``warmup``, ``metrics_log``.
+"""

@@ -1,0 +1,22 @@
+"""Sampling: jit generation of n samples per prompt from one shared-prefix prefill, with the exact
+log-probs of the distribution sampled from (temperature, top-k, top-p).
+
+    out = generate(config, params, prompts, n=8, max_new_tokens=256, key=jax.random.key(0))
+    out.tokens [P, n, T], out.logprobs [P, n, T] (float32), out.lengths [P, n]
+
+Private modules: ``_sampler`` (prefill, decode loop, padding/bucketing, keys) and ``_filters``
+(the sampling distribution: temperature, top-k / top-p truncation and its log-probs).
+"""
+from maxk_jax.sampling._filters import (greedy_logprobs, sampling_logprobs, top_k_mask, top_p_mask,
+                                        validate_filters)
+from maxk_jax.sampling._sampler import (MIN_PROMPT_BUCKET, SampleOutput, SamplerSettings, draw,
+                                        first_argmax, generate, gumbel_max, is_stop, next_pow2,
+                                        pad_prompts, prompt_batch_bucket, record, stop_id_array,
+                                        to_token_lists)
+
+__all__ = [
+    "MIN_PROMPT_BUCKET", "SampleOutput", "SamplerSettings", "draw", "first_argmax", "generate",
+    "greedy_logprobs", "gumbel_max", "is_stop", "next_pow2", "pad_prompts", "prompt_batch_bucket",
+    "record", "sampling_logprobs", "stop_id_array", "to_token_lists", "top_k_mask", "top_p_mask",
+    "validate_filters",
+]
