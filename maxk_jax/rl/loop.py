@@ -1,7 +1,7 @@
 """The RL loop: sample -> execute -> estimate -> PPO iterations -> evaluate -> checkpoint.
 
-    cfg = experiments.configs.maxk_offpolicy.get_config(); cfg.model.path = ...; cfg.output_dir = ...
-    summary = run(cfg, resume=False)
+    cfg = experiments.configs.base.get_config("maxk_offpolicy"); cfg.model.path = ...; cfg.output_dir = ...
+    summary = run(cfg, resume=False)          # = setup(...) once, then rl_step(...) per step
 
 One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
   1. the next ``rollout.prompts`` problems of the data stream (epoch e = a permutation of the
@@ -38,6 +38,7 @@ learning_rate, masked_samples, rows_below_k), ``eval/{pass_at_k,max_at_k}/{k}``,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -60,103 +61,12 @@ from maxk_jax.rl import training
 from maxk_jax.data import load_dataset, load_problems, make_token_counter
 from maxk_jax.data.problem import Problem
 from maxk_jax.execution import Executor
+from maxk_jax.rl import config as config_lib
+from maxk_jax.rl.config import (initialize_distributed, num_rl_steps, step_config,  # noqa: F401
+                                train_ks, validate_config)                       # (public here too)
 from maxk_jax.rl.metrics_log import MetricsLogger
-from maxk_jax.sampling import validate_filters
 
 EvalFn = Callable[[Any, int], dict[str, float]]
-
-
-# ------------------------------------------------------------------ config ------------------
-
-def step_config(cfg: ConfigDict) -> training.StepConfig:
-    """The static train-step settings of a run config (validates estimator, k, n, loss)."""
-    try:
-        options = json.loads(cfg.algo.estimator_options_json or "{}")
-    except json.JSONDecodeError as err:
-        raise ValueError(f"algo.estimator_options_json={cfg.algo.estimator_options_json!r} is not "
-                         f"valid JSON: {err}") from err
-    if not isinstance(options, dict):
-        raise ValueError(f"algo.estimator_options_json must be a JSON object, got {options!r}")
-    a, r = cfg.algo, cfg.rollout
-    return training.StepConfig(
-        estimator=a.estimator, k=a.k, n=r.n, estimator_options=tuple(sorted(options.items())),
-        eps_low=a.eps_low, eps_high=a.eps_high, kl_beta=a.kl_beta, kl_estimator=a.kl_estimator,
-        aggregation=a.aggregation, entropy_coef=a.entropy_coef,
-        norm_length=r.max_new_tokens if a.aggregation == "seq_sum_norm" else None,
-        temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-        micro_batches=cfg.optim.micro_batches, loss_kind=a.loss_kind)
-
-
-def _positive(value: Any, name: str, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
-
-
-def validate_config(cfg: ConfigDict, num_devices: int | None = None) -> training.StepConfig:
-    """Every check that needs no model: ValueError naming the bad field, before any compilation."""
-    if not cfg.output_dir:
-        raise ValueError("output_dir is empty: set --config.output_dir=DIR")
-    if not cfg.model.path:
-        raise ValueError("model.path is empty: set --config.model.path=HF_QWEN2_DIR")
-    if cfg.model.dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"model.dtype={cfg.model.dtype!r} must be 'float32' or 'bfloat16'")
-    if cfg.model.compute_dtype not in ("", "float32", "bfloat16"):
-        raise ValueError(f"model.compute_dtype={cfg.model.compute_dtype!r} must be '', 'float32' or "
-                         "'bfloat16'")
-    if cfg.data.chat not in ("auto", "true", "false"):
-        raise ValueError(f"data.chat={cfg.data.chat!r} must be 'auto', 'true' or 'false'")
-    if cfg.data.prompt_format not in rollout_lib.PROMPT_FORMATS:
-        raise ValueError(f"data.prompt_format={cfg.data.prompt_format!r} is not one of "
-                         f"{rollout_lib.PROMPT_FORMATS}")
-    cfg_step = step_config(cfg)
-    _positive(cfg.rollout.prompts, "rollout.prompts")
-    _positive(cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
-    _positive(cfg.rollout.sandbox_retries, "rollout.sandbox_retries", 0)
-    _positive(cfg.algo.ppo_iterations, "algo.ppo_iterations")
-    _positive(cfg.data.epochs, "data.epochs")
-    _positive(cfg.max_steps, "max_steps", 0)
-    _positive(cfg.checkpoint.interval, "checkpoint.interval")
-    _positive(cfg.checkpoint.keep, "checkpoint.keep")
-    _positive(cfg.eval.interval, "eval.interval", 0)
-    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
-        raise ValueError(f"seed={cfg.seed!r} must be an int >= 0")
-    if cfg.eval.interval:
-        if not (cfg.eval.dataset or cfg.eval.problems):
-            raise ValueError("eval.interval > 0 needs eval.dataset or eval.problems")
-        _positive(cfg.eval.n, "eval.n")
-        _positive(cfg.eval.batch_size, "eval.batch_size")
-        _positive(cfg.eval.max_new_tokens, "eval.max_new_tokens", 0)
-        try:  # checked here, not at the first evaluation after checkpoints were written
-            validate_filters(cfg.eval.temperature, cfg.eval.top_k, cfg.eval.top_p)
-        except ValueError as err:
-            raise ValueError(f"eval.{err}") from err
-        for k in _eval_ks(cfg):
-            if not 1 <= k <= cfg.eval.n:
-                raise ValueError(f"eval.ks has k={k} outside [1, eval.n={cfg.eval.n}]")
-    num_devices = len(jax.devices()) if num_devices is None else num_devices
-    data, fsdp, tensor = sharding_lib.MeshConfig(cfg.mesh.data, cfg.mesh.fsdp,
-                                                 cfg.mesh.tensor).resolve(num_devices)
-    cfg_step.check_batch(cfg.rollout.prompts * cfg.rollout.n, data * fsdp)
-    training.make_optimizer(cfg.optim.learning_rate, total_steps=max(cfg.optim.warmup_steps, 1),
-                            schedule=cfg.optim.schedule, warmup_steps=cfg.optim.warmup_steps,
-                            weight_decay=cfg.optim.weight_decay,
-                            max_grad_norm=cfg.optim.max_grad_norm or None)
-    return cfg_step
-
-
-def _eval_ks(cfg: ConfigDict) -> list[int]:
-    text = str(cfg.eval.ks).strip()
-    if not text:
-        return [1 << i for i in range(cfg.eval.n.bit_length()) if (1 << i) <= cfg.eval.n]
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError as err:
-        raise ValueError(f"eval.ks={cfg.eval.ks!r} must be comma-separated ints") from err
-
-
-def train_ks(cfg: ConfigDict) -> list[int]:
-    """k values of the train-set pass@k / max@k metrics: {1, algo.k, n}."""
-    return sorted({1, cfg.algo.k, cfg.rollout.n})
 
 
 # ------------------------------------------------------------------ data --------------------
@@ -211,15 +121,6 @@ def step_problems(problems: Sequence[Problem], step: int, per_step: int, seed: i
     return out
 
 
-def num_rl_steps(cfg: ConfigDict, num_problems: int) -> int:
-    """max_steps if set, else floor(epochs * problems / prompts per step) (>= 1)."""
-    steps = cfg.max_steps or (cfg.data.epochs * num_problems) // cfg.rollout.prompts
-    if steps < 1:
-        raise ValueError(f"{num_problems} problems x {cfg.data.epochs} epochs give no full step of "
-                         f"rollout.prompts={cfg.rollout.prompts}")
-    return steps
-
-
 # ------------------------------------------------------------------ the loop ----------------
 
 def _to_ckpt(state: training.TrainState) -> dict[str, Any]:
@@ -249,13 +150,11 @@ def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Any, executor: E
     None when ``eval.interval`` is 0."""
     if not cfg.eval.interval:
         return None
-    import dataclasses
-
     from maxk_jax.eval.report import write_report
     from maxk_jax.eval.run import run_evaluation
 
     problems = load_problem_set(cfg.eval, tokenizer)
-    ks = _eval_ks(cfg)
+    ks = config_lib.eval_ks(cfg)
     key = jax.random.key(cfg.eval.seed)
     eval_settings = dataclasses.replace(
         settings, n=cfg.eval.n, max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
@@ -277,29 +176,115 @@ def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Any, executor: E
     return eval_fn
 
 
-def _render_kwargs(cfg: ConfigDict) -> dict[str, Any]:
-    from maxk_jax.data.prompts import DEFAULT_SYSTEM_PROMPT
+@dataclasses.dataclass
+class RunContext:
+    """Everything the steps of one run share, built once by `setup` (then only ``state`` and
+    ``rng`` change, in `run`)."""
 
-    chat = {"auto": None, "true": True, "false": False}[cfg.data.chat]
-    system = {"default": DEFAULT_SYSTEM_PROMPT, "": None}.get(cfg.data.system_prompt, cfg.data.system_prompt)
-    return {"chat": chat, "system_prompt": system}
+    cfg: ConfigDict
+    mesh: jax.sharding.Mesh
+    model_config: Any
+    tokenizer: Any
+    problems: list[Problem]
+    total: int                        # RL steps of the run
+    start: int                        # first RL step to run (> 0 when resumed)
+    executor: Executor
+    settings: rollout_lib.RolloutSettings
+    train_step: Any                   # training.make_train_step(...)
+    ref_fn: Any                       # reference log-prob pass (None without a KL term)
+    ref_params: Any
+    eval_fn: EvalFn | None
+    checkpointer: ckpt_lib.Checkpointer
+    logger: MetricsLogger | None      # process 0 only
+    model_dir: str
+    state: training.TrainState
+    rng: jax.Array
 
 
-def _eos_ids(cfg: ConfigDict, model_config: Any, tokenizer: Any) -> tuple[int, ...]:
-    if cfg.rollout.eos_ids:
-        return tuple(int(x) for x in str(cfg.rollout.eos_ids).split(","))
-    from maxk_jax.eval.run import default_eos_ids
+def setup(cfg: ConfigDict, stack: contextlib.ExitStack, *, resume: bool = False,
+          executor: Executor | None = None, eval_fn: EvalFn | None = None) -> RunContext:
+    """Validate, build the mesh, load tokenizer / weights / problems, restore or create the train
+    state, compile the step functions, open the executor and the metrics logger (registered on
+    `stack`, which closes them)."""
+    from maxk_jax.models import convert, qwen2
+    from maxk_jax.models.tokenizer import load_tokenizer
 
-    return tuple(default_eos_ids(model_config, tokenizer))
+    config_lib.initialize_distributed(cfg)  # before anything asks jax for its devices
+    cfg_step = config_lib.validate_config(cfg)
+    mesh = sharding_lib.make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
+    hosts = multihost.batch_block(mesh)[1]
+    if cfg.rollout.prompts % hosts:
+        raise ValueError(f"rollout.prompts={cfg.rollout.prompts} must be a multiple of the {hosts} "
+                         "processes (each host samples and judges an equal share of a step's prompts)")
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    ckpt_dir = os.path.join(cfg.output_dir, "checkpoints")
+    ckpt = stack.enter_context(ckpt_lib.Checkpointer(
+        ckpt_dir, max_to_keep=cfg.checkpoint.keep, save_interval_steps=cfg.checkpoint.interval))
+    restoring = resume and ckpt.latest_step() is not None
+    if not resume and ckpt.latest_step() is not None:
+        raise ValueError(f"{ckpt_dir!r} already holds checkpoints (latest step "
+                         f"{ckpt.latest_step()}); pass resume=True (--resume) or a new output_dir")
 
+    model_dir = os.path.abspath(cfg.model.path)
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir)
+    need_weights = cfg.algo.kl_beta > 0 or not restoring
+    overrides = {"remat": cfg.model.remat}
+    if need_weights:
+        model_config, params = convert.load_hf(model_dir, cfg.model.dtype, mesh=mesh, **overrides)
+    else:  # resuming without a KL reference: the checkpoint holds the weights
+        model_config = qwen2.Qwen2Config.from_json_file(
+            os.path.join(model_dir, "config.json"), dtype=cfg.model.dtype,
+            param_dtype=cfg.model.dtype, **overrides)
+        params = None
+    model_config = model_config.replace(dtype=cfg.model.compute_dtype or cfg.model.dtype)
+    problems = load_problem_set(cfg.data, tokenizer)
+    total = config_lib.num_rl_steps(cfg, len(problems))
+    tx, schedule = training.make_optimizer(
+        cfg.optim.learning_rate, total_steps=total * cfg.algo.ppo_iterations,
+        schedule=cfg.optim.schedule, warmup_steps=cfg.optim.warmup_steps, b1=cfg.optim.b1,
+        b2=cfg.optim.b2, eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
+        max_grad_norm=cfg.optim.max_grad_norm or None)
+    abstract, shardings = training.abstract_train_state(model_config, tx, mesh)
+    if restoring:
+        restored, meta = ckpt.restore(None, _to_ckpt(abstract))
+        state, start = _from_ckpt(restored), int(meta["rl_step"])
+        rng = ckpt_lib.decode_prng_key(meta["rng"])
+        if meta["data_position"] != start * cfg.rollout.prompts:
+            raise ValueError(f"checkpoint data_position={meta['data_position']} does not match "
+                             f"rl_step={start} x rollout.prompts={cfg.rollout.prompts}: the run "
+                             "config changed; resume with the original config")
+        logging.info("resumed from %s at RL step %d", ckpt_dir, start)
+    else:
+        state, _ = training.create_train_state(model_config, params, tx, mesh)
+        start, rng = 0, jax.random.key(cfg.seed)
+    ref_params = params if cfg.algo.kl_beta > 0 else None
+    del params
+    train_step = training.make_train_step(model_config, cfg_step, tx, mesh, shardings,
+                                          schedule=schedule)
+    ref_fn = (training.make_logprob_fn(model_config, cfg_step, mesh, shardings.params)
+              if ref_params is not None else None)
+    if executor is None:
+        from maxk_jax.execution import make_executor
 
-def initialize_distributed(cfg: ConfigDict) -> bool:
-    """``jax.distributed.initialize`` when ``distributed.enabled`` (explicit coordinator /
-    process count / id when ``coordinator_address`` is set, else auto-detected)."""
-    d = cfg.distributed
-    kwargs = ({"coordinator_address": d.coordinator_address, "num_processes": d.num_processes,
-               "process_id": d.process_id} if d.coordinator_address else {})
-    return sharding_lib.maybe_initialize_distributed(bool(d.enabled), **kwargs)
+        executor = stack.enter_context(make_executor(cfg.rollout.executor))
+    settings = config_lib.rollout_settings(cfg, model_config, tokenizer)
+    if eval_fn is None:
+        eval_fn = make_eval_fn(cfg, model_config, tokenizer, executor, mesh, settings)
+    lead = jax.process_index() == 0
+    logger = MetricsLogger(cfg.output_dir, tensorboard=cfg.log.tensorboard,
+                           wandb_project=cfg.log.wandb_project or None, run_name=cfg.name,
+                           run_config=cfg.to_dict(),
+                           resume_step=start if restoring else None) if lead else None
+    if logger is not None:
+        stack.callback(logger.close)
+    if lead:
+        with open(os.path.join(cfg.output_dir, "config.json"), "w", encoding="utf-8") as f:
+            f.write(cfg.to_json_best_effort(indent=2))
+    return RunContext(cfg=cfg, mesh=mesh, model_config=model_config, tokenizer=tokenizer,
+                      problems=problems, total=total, start=start, executor=executor,
+                      settings=settings, train_step=train_step, ref_fn=ref_fn, ref_params=ref_params,
+                      eval_fn=eval_fn, checkpointer=ckpt, logger=logger, model_dir=model_dir,
+                      state=state, rng=rng)
 
 
 def run(cfg: ConfigDict, *, resume: bool = False, executor: Executor | None = None,
@@ -309,103 +294,21 @@ def run(cfg: ConfigDict, *, resume: bool = False, executor: Executor | None = No
     executor: an ``Executor`` (default ``make_executor(cfg.rollout.executor)``, closed at the
     end). eval_fn: replaces the ``eval.*`` evaluation (``make_eval_fn``).
     """
-    from maxk_jax.models import convert, qwen2
-    from maxk_jax.models.tokenizer import load_tokenizer
-
-    initialize_distributed(cfg)  # before anything asks jax for its devices
-    cfg_step = validate_config(cfg)
-    mesh = sharding_lib.make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
-    hosts = multihost.batch_block(mesh)[1]
-    if cfg.rollout.prompts % hosts:
-        raise ValueError(f"rollout.prompts={cfg.rollout.prompts} must be a multiple of the {hosts} "
-                         "processes (each host samples and judges an equal share of a step's prompts)")
-    os.makedirs(cfg.output_dir, exist_ok=True)
-    ckpt_dir = os.path.join(cfg.output_dir, "checkpoints")
     with contextlib.ExitStack() as stack:   # closes checkpointer, executor, logger, bar
-        ckpt = stack.enter_context(ckpt_lib.Checkpointer(
-            ckpt_dir, max_to_keep=cfg.checkpoint.keep, save_interval_steps=cfg.checkpoint.interval))
-        restoring = resume and ckpt.latest_step() is not None
-        if not resume and ckpt.latest_step() is not None:
-            raise ValueError(f"{ckpt_dir!r} already holds checkpoints (latest step "
-                             f"{ckpt.latest_step()}); pass resume=True (--resume) or a new output_dir")
-
-        model_dir = os.path.abspath(cfg.model.path)
-        tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir)
-        need_weights = cfg.algo.kl_beta > 0 or not restoring
-        overrides = {"remat": cfg.model.remat}
-        if need_weights:
-            model_config, params = convert.load_hf(model_dir, cfg.model.dtype, mesh=mesh, **overrides)
-        else:  # resuming without a KL reference: the checkpoint holds the weights
-            model_config = qwen2.Qwen2Config.from_json_file(
-                os.path.join(model_dir, "config.json"), dtype=cfg.model.dtype,
-                param_dtype=cfg.model.dtype, **overrides)
-            params = None
-        model_config = model_config.replace(dtype=cfg.model.compute_dtype or cfg.model.dtype)
-        problems = load_problem_set(cfg.data, tokenizer)
-        total = num_rl_steps(cfg, len(problems))
-        tx, schedule = training.make_optimizer(
-            cfg.optim.learning_rate, total_steps=total * cfg.algo.ppo_iterations,
-            schedule=cfg.optim.schedule, warmup_steps=cfg.optim.warmup_steps, b1=cfg.optim.b1,
-            b2=cfg.optim.b2, eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
-            max_grad_norm=cfg.optim.max_grad_norm or None)
-        abstract, shardings = training.abstract_train_state(model_config, tx, mesh)
-        if restoring:
-            restored, meta = ckpt.restore(None, _to_ckpt(abstract))
-            state, start = _from_ckpt(restored), int(meta["rl_step"])
-            rng = ckpt_lib.decode_prng_key(meta["rng"])
-            if meta["data_position"] != start * cfg.rollout.prompts:
-                raise ValueError(f"checkpoint data_position={meta['data_position']} does not match "
-                                 f"rl_step={start} x rollout.prompts={cfg.rollout.prompts}: the run "
-                                 "config changed; resume with the original config")
-            logging.info("resumed from %s at RL step %d", ckpt_dir, start)
-        else:
-            state, _ = training.create_train_state(model_config, params, tx, mesh)
-            start, rng = 0, jax.random.key(cfg.seed)
-        ref_params = params if cfg.algo.kl_beta > 0 else None
-        del params
-        train_step = training.make_train_step(model_config, cfg_step, tx, mesh, shardings,
-                                              schedule=schedule)
-        ref_fn = (training.make_logprob_fn(model_config, cfg_step, mesh, shardings.params)
-                  if ref_params is not None else None)
-        if executor is None:
-            from maxk_jax.execution import make_executor
-
-            executor = stack.enter_context(make_executor(cfg.rollout.executor))
-        eos_ids = _eos_ids(cfg, model_config, tokenizer)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model_config.pad_token_id or 0)
-        settings = rollout_lib.RolloutSettings(
-            n=cfg.rollout.n, max_new_tokens=cfg.rollout.max_new_tokens,
-            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
-            eos_ids=eos_ids, pad_id=int(pad_id), sandbox_retries=cfg.rollout.sandbox_retries,
-            min_prompt_bucket=cfg.rollout.min_prompt_bucket, prompt_format=cfg.data.prompt_format,
-            render_kwargs=tuple(_render_kwargs(cfg).items()))
-        if eval_fn is None:
-            eval_fn = make_eval_fn(cfg, model_config, tokenizer, executor, mesh, settings)
-        lead = jax.process_index() == 0
-        logger = MetricsLogger(cfg.output_dir, tensorboard=cfg.log.tensorboard,
-                               wandb_project=cfg.log.wandb_project or None, run_name=cfg.name,
-                               run_config=cfg.to_dict(),
-                               resume_step=start if restoring else None) if lead else None
-        if logger is not None:
-            stack.callback(logger.close)
-        if lead:
-            with open(os.path.join(cfg.output_dir, "config.json"), "w", encoding="utf-8") as f:
-                f.write(cfg.to_json_best_effort(indent=2))
+        ctx = setup(cfg, stack, resume=resume, executor=executor, eval_fn=eval_fn)
         record: dict[str, Any] = {}
         checkpoint_s = 0.0
-        bar = stack.enter_context(tqdm(range(start, total), initial=start, total=total, desc=cfg.name,
-                                       disable=not progress))
+        bar = stack.enter_context(tqdm(range(ctx.start, ctx.total), initial=ctx.start, total=ctx.total,
+                                       desc=cfg.name, disable=not progress))
         for step in bar:
-            state, rng, metrics = _one_step(cfg, step, total, problems, model_config, tokenizer,
-                                            executor, settings, mesh, train_step, ref_fn,
-                                            ref_params, eval_fn, state, rng)
+            ctx.state, ctx.rng, metrics = rl_step(ctx, step, ctx.state, ctx.rng)
             metrics["time/prev_checkpoint_s"] = checkpoint_s  # the save issued after the last step
-            record = logger.write(step + 1, metrics) if logger is not None else metrics
+            record = ctx.logger.write(step + 1, metrics) if ctx.logger is not None else metrics
             t0 = time.perf_counter()   # log first: a kill after the save never loses a record
-            if ckpt.should_save(step + 1) or step + 1 == total:
-                ckpt.save(step + 1, _to_ckpt(state), {
+            if ctx.checkpointer.should_save(step + 1) or step + 1 == ctx.total:
+                ctx.checkpointer.save(step + 1, _to_ckpt(ctx.state), {
                     "rl_step": step + 1, "data_position": (step + 1) * cfg.rollout.prompts,
-                    "rng": ckpt_lib.encode_prng_key(rng), "model_dir": model_dir,
+                    "rng": ckpt_lib.encode_prng_key(ctx.rng), "model_dir": ctx.model_dir,
                     "config_json": cfg.to_json_best_effort()})
             checkpoint_s = time.perf_counter() - t0
             bar.set_postfix(reward=_fmt(record.get("reward/mean")), loss=_fmt(record.get("ppo/loss")))
@@ -416,32 +319,30 @@ def _fmt(value: float | None) -> str:
     return "nan" if value is None or not math.isfinite(value) else f"{value:.4f}"
 
 
-def _one_step(cfg: ConfigDict, step: int, total: int, problems: Sequence[Problem], model_config: Any,
-              tokenizer: Any, executor: Executor, settings: rollout_lib.RolloutSettings,
-              mesh: jax.sharding.Mesh, train_step: Any, ref_fn: Any, ref_params: Any,
-              eval_fn: EvalFn | None, state: training.TrainState, rng: jax.Array
-              ) -> tuple[training.TrainState, jax.Array, dict[str, float]]:
+def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Array
+            ) -> tuple[training.TrainState, jax.Array, dict[str, float]]:
     """One RL step (see the module docstring) -> (new state, new rng, metrics)."""
+    cfg, mesh, executor, eval_fn = ctx.cfg, ctx.mesh, ctx.executor, ctx.eval_fn
     t_step = time.perf_counter()
-    batch_problems = step_problems(problems, step, cfg.rollout.prompts, cfg.seed, cfg.data.shuffle)
+    batch_problems = step_problems(ctx.problems, step, cfg.rollout.prompts, cfg.seed, cfg.data.shuffle)
     rng, key = jax.random.split(rng)
     judge = multihost.JudgeCounter(executor)   # counts what THIS host's judge receives
-    ro = rollout_lib.collect(model_config, state.params, tokenizer, batch_problems,
-                             judge, settings, key, mesh=mesh)     # this host's share only
+    ro = rollout_lib.collect(ctx.model_config, state.params, ctx.tokenizer, batch_problems,
+                             judge, ctx.settings, key, mesh=mesh)     # this host's share only
     everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
-    metrics = rollout_lib.rollout_metrics(everyone, train_ks(cfg))
+    metrics = rollout_lib.rollout_metrics(everyone, config_lib.train_ks(cfg))
     judged = multihost.allgather_objects(judge.count)
     metrics.update({f"samples/judged_host{i}": float(c) for i, c in enumerate(judged)})
     metrics["samples/judged"] = float(sum(judged))
     batch = multihost.global_batch(ro.batch, mesh)   # this host's rows of the global batch
     t0 = time.perf_counter()
-    if ref_fn is not None:
-        batch = batch.replace(ref_logp=jax.block_until_ready(ref_fn(ref_params, batch)))
+    if ctx.ref_fn is not None:
+        batch = batch.replace(ref_logp=jax.block_until_ready(ctx.ref_fn(ctx.ref_params, batch)))
     ref_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     per_iter = []
     for it in range(cfg.algo.ppo_iterations):
-        state, m = train_step(state, batch)
+        state, m = ctx.train_step(state, batch)
         per_iter.append({k: float(v) for k, v in jax.device_get(m).items()})
         bad = per_iter[-1].get("nonfinite_coefficients", 0.0)
         if bad:
@@ -453,7 +354,7 @@ def _one_step(cfg: ConfigDict, step: int, total: int, problems: Sequence[Problem
     train_s = time.perf_counter() - t0
     metrics.update(_mean_over_iterations(per_iter))
     eval_s = 0.0
-    if eval_fn is not None and ((step + 1) % cfg.eval.interval == 0 or step + 1 == total):
+    if eval_fn is not None and ((step + 1) % cfg.eval.interval == 0 or step + 1 == ctx.total):
         t0 = time.perf_counter()
         metrics.update(eval_fn(state.params, step + 1))
         eval_s = time.perf_counter() - t0

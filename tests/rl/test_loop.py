@@ -308,3 +308,22 @@ def test_sigkill_and_resume_reproduces_uninterrupted_run(warm_ckpt, problems_fil
         assert c1.all_steps() == c2.all_steps() == [2, 4]
     meta = json.loads((cut_dir / "config.json").read_text())
     assert meta["algo"]["estimator"] == "maxk_offpolicy"
+
+
+def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path):
+    """The loop's parts without `run`: `setup` builds the context once, `rl_step` advances the
+    state by one rollout and ``algo.ppo_iterations`` optimizer updates and returns the metrics."""
+    import contextlib
+
+    cfg = small_config(tiny_ckpt, problems_file, tmp_path / "out")
+    cfg.max_steps = 3
+    with contextlib.ExitStack() as stack:
+        ctx = rl_loop.setup(cfg, stack)
+        assert (ctx.start, ctx.total, len(ctx.problems)) == (0, 3, 6)
+        assert ctx.settings.n == 4 and ctx.logger is not None and ctx.eval_fn is None
+        state, rng, metrics = rl_loop.rl_step(ctx, 0, ctx.state, ctx.rng)
+        assert int(state.step) == cfg.algo.ppo_iterations
+        assert not np.array_equal(jax.random.key_data(rng), jax.random.key_data(ctx.rng))
+        assert metrics["samples/judged"] == 2 * 4 and metrics["data/position"] == 2.0
+        assert {"reward/mean", "ppo/loss", "ppo/it0/grad_norm", "time/train_s"} <= set(metrics)
+    assert (tmp_path / "out" / "config.json").is_file()
