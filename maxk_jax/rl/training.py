@@ -194,10 +194,12 @@ class TrainState:
 
 def make_optimizer(learning_rate: float, *, total_steps: int, schedule: str = "constant",
                    warmup_steps: int = 0, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                   weight_decay: float = 0.0, max_grad_norm: float | None = 1.0
+                   weight_decay: float = 0.0, max_grad_norm: float | None = 1.0,
+                   final_lr_fraction: float = 0.0
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """Adam (paper: lr 5e-6) with optional global-norm clipping, linear warmup and a "constant" |
-    "cosine" | "linear" decay over ``total_steps`` updates; AdamW when weight_decay > 0.
+    "cosine" | "linear" decay over ``total_steps`` updates down to ``final_lr_fraction`` x the
+    learning rate; AdamW when weight_decay > 0.  The one optimizer of the RL step and the warm-up.
     Returns ``(tx, schedule)`` (the schedule maps the update count to the learning rate)."""
     if not (isinstance(learning_rate, numbers.Real) and learning_rate > 0):
         raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
@@ -209,13 +211,15 @@ def make_optimizer(learning_rate: float, *, total_steps: int, schedule: str = "c
         raise ValueError(f"max_grad_norm={max_grad_norm!r} must be > 0 or None")
     if weight_decay < 0:
         raise ValueError(f"weight_decay={weight_decay!r} must be >= 0")
+    if not (isinstance(final_lr_fraction, numbers.Real) and 0 <= final_lr_fraction <= 1):
+        raise ValueError(f"final_lr_fraction={final_lr_fraction!r} must be in [0, 1]")
     decay_steps = max(total_steps - warmup_steps, 1)
     if schedule == "constant":
         main = optax.constant_schedule(learning_rate)
     elif schedule == "cosine":
-        main = optax.cosine_decay_schedule(learning_rate, decay_steps)
+        main = optax.cosine_decay_schedule(learning_rate, decay_steps, alpha=final_lr_fraction)
     elif schedule == "linear":
-        main = optax.linear_schedule(learning_rate, 0.0, decay_steps)
+        main = optax.linear_schedule(learning_rate, final_lr_fraction * learning_rate, decay_steps)
     else:
         raise ValueError(f"schedule={schedule!r} is not one of ('constant', 'cosine', 'linear')")
     sched = main if warmup_steps == 0 else optax.join_schedules(

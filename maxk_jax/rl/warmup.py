@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from maxk_jax.data.prompts import chat_prompt_ids  # noqa: F401  (re-exported: the warm-up prompt format)
 from maxk_jax.models import qwen2
+from maxk_jax.rl import training
 
 Params = Any
 
@@ -209,13 +210,14 @@ def completion_nll(model_config: qwen2.Qwen2Config, params: Params, tokens: jax.
 
 
 def make_optimizer(cfg: WarmupConfig) -> optax.GradientTransformation:
-    """Global-norm clipping + Adam (AdamW if weight_decay > 0), warm-up-cosine learning rate."""
-    sched = optax.warmup_cosine_decay_schedule(
-        0.0 if cfg.lr_warmup_steps else cfg.learning_rate, cfg.learning_rate,
-        cfg.lr_warmup_steps, cfg.steps, cfg.final_lr_fraction * cfg.learning_rate)
-    adam = (optax.adamw(sched, weight_decay=cfg.weight_decay) if cfg.weight_decay
-            else optax.adam(sched))
-    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adam) if cfg.max_grad_norm else adam
+    """The RL step's optimizer (`training.make_optimizer`) with the warm-up's settings: global-norm
+    clipping + Adam (AdamW if weight_decay > 0), linear warm-up then cosine decay to
+    ``final_lr_fraction`` x the learning rate over ``steps`` updates."""
+    tx, _ = training.make_optimizer(cfg.learning_rate, total_steps=cfg.steps, schedule="cosine",
+                                    warmup_steps=cfg.lr_warmup_steps, weight_decay=cfg.weight_decay,
+                                    max_grad_norm=cfg.max_grad_norm or None,
+                                    final_lr_fraction=cfg.final_lr_fraction)
+    return tx
 
 
 def make_warmup_step(model_config: qwen2.Qwen2Config, tx: optax.GradientTransformation) -> Any:
