@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from maxk_jax.data.problem import AssertTests, FunctionTests, Problem
+from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 DEFAULT_SYSTEM_PROMPT = ("You are an expert Python programmer. You solve programming problems with correct, "
                          "efficient Python 3 code.")
@@ -90,13 +91,13 @@ def build_messages(problem: Problem, *, system_prompt: str | None = DEFAULT_SYST
     return messages
 
 
-def has_chat_template(tokenizer: Any) -> bool:
+def has_chat_template(tokenizer: Tokenizer) -> bool:
     """True when `tokenizer` has a chat template usable by ``apply_chat_template``."""
     return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None)) \
         and hasattr(tokenizer, "apply_chat_template")
 
 
-def _apply_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+def _apply_template(tokenizer: Tokenizer, messages: list[dict[str, str]]) -> str:
     import jinja2  # transformers renders templates with jinja2
 
     try:
@@ -114,7 +115,7 @@ def render_plain(messages: Sequence[dict[str, str]]) -> str:
     return body + "\n\n" + PLAIN_SOLUTION_HEADER
 
 
-def render_prompt(problem: Problem, tokenizer: Any = None, *, system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+def render_prompt(problem: Problem, tokenizer: Tokenizer | None = None, *, system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
                   use_upstream_prompt: bool = False, chat: bool | None = None) -> str:
     """Prompt text for `problem`.
 
@@ -138,7 +139,7 @@ def prompt_opens_code_block(prompt: str) -> bool:
     return prompt.endswith(PLAIN_SOLUTION_HEADER)
 
 
-def encode_prompts(problems: Sequence[Problem], tokenizer: Any, **render_kwargs: Any) -> list[list[int]]:
+def encode_prompts(problems: Sequence[Problem], tokenizer: Tokenizer, **render_kwargs: Any) -> list[list[int]]:
     """Token ids of `render_prompt` for each problem (the sampler's ``prompts`` argument).
 
     Chat-template prompts already contain their special tokens, so they are encoded with
@@ -152,7 +153,7 @@ def encode_prompts(problems: Sequence[Problem], tokenizer: Any, **render_kwargs:
     return out
 
 
-def make_token_counter(tokenizer: Any) -> Callable[[str], int]:
+def make_token_counter(tokenizer: Tokenizer) -> Callable[[str], int]:
     """``text -> number of tokens`` (no special tokens), e.g. for CodeContests' 512-token filter."""
     if tokenizer is None or not callable(tokenizer):
         raise ValueError(f"make_token_counter needs a callable tokenizer, got {tokenizer!r:.80}")
@@ -163,7 +164,7 @@ def make_token_counter(tokenizer: Any) -> Callable[[str], int]:
     return count
 
 
-def chat_prompt_ids(tokenizer: Any, user_message: str) -> list[int]:
+def chat_prompt_ids(tokenizer: Tokenizer, user_message: str) -> list[int]:
     """Token ids of a one-user-message conversation with the generation prompt (the prompt an
     instruct model is sampled from): ``apply_chat_template`` then encode without extra specials."""
     text = tokenizer.apply_chat_template([{"role": "user", "content": user_message}], tokenize=False,

@@ -50,6 +50,7 @@ from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, rende
 from maxk_jax.eval.result import EvalResult, ProblemResult
 from maxk_jax.judging import Completions, judge_completions
 from maxk_jax.execution import Executor
+from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 
 # ----------------------------------------------------------------------------------------------
@@ -146,7 +147,7 @@ class StaticCompletionSource:
         return out
 
 
-def default_eos_ids(config: Any, tokenizer: Any, extra: Iterable[int] = ()) -> list[int]:
+def default_eos_ids(config: Any, tokenizer: Tokenizer, extra: Iterable[int] = ()) -> list[int]:
     """Stop ids: the tokenizer's eos token, the model config's eos id(s) and `extra` (e.g. the
     ``eos_token_id`` of a checkpoint's generation_config.json), sorted and unique."""
     ids = {int(e) for e in extra}
@@ -169,7 +170,7 @@ class ModelCompletionSource:
     `generate_kwargs` go to generate (e.g. ``mesh``); `generate_fn` replaces it (same signature).
     """
 
-    def __init__(self, config: Any, params: Any, tokenizer: Any, *, max_new_tokens: int,
+    def __init__(self, config: Any, params: Any, tokenizer: Tokenizer, *, max_new_tokens: int,
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  eos_id: Optional[int | Sequence[int]] = None, render_kwargs: Optional[Mapping[str, Any]] = None,
                  generate_kwargs: Optional[Mapping[str, Any]] = None, generate_fn: Optional[Callable] = None):
@@ -350,7 +351,7 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     return EvalResult(tuple(finished.values()), n, ks, dict(config or {}))
 
 
-def evaluate_problems(config: Any, params: Any, tokenizer: Any, problems: Sequence[Problem], *, executor: Executor,
+def evaluate_problems(config: Any, params: Any, tokenizer: Tokenizer, problems: Sequence[Problem], *, executor: Executor,
                       n: int, max_new_tokens: int, key: jax.Array, ks: Optional[Sequence[int]] = None,
                       temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                       eos_id: Optional[int | Sequence[int]] = None, batch_size: int = 64, render_kwargs: Optional[Mapping[str, Any]] = None,

@@ -17,6 +17,8 @@ import importlib.resources
 import os
 from typing import Any, Sequence
 
+from maxk_jax.models.tokenizer_protocol import Tokenizer  # noqa: F401  (re-exported)
+
 import transformers
 
 #: Qwen2.5 added tokens: (id, content, special). Ids follow the 151,643 BPE ranks.

@@ -16,6 +16,7 @@ from maxk_jax import sharding as sharding_lib
 from maxk_jax.rl import rollout as rollout_lib
 from maxk_jax.rl import training
 from maxk_jax.sampling import validate_filters
+from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 
 def step_config(cfg: ConfigDict) -> training.StepConfig:
@@ -128,7 +129,7 @@ def render_kwargs(cfg: ConfigDict) -> dict[str, Any]:
     return {"chat": chat, "system_prompt": system}
 
 
-def eos_ids(cfg: ConfigDict, model_config: Any, tokenizer: Any) -> tuple[int, ...]:
+def eos_ids(cfg: ConfigDict, model_config: Any, tokenizer: Tokenizer) -> tuple[int, ...]:
     """Stop ids: ``rollout.eos_ids`` (comma-separated) or the tokenizer's and model's eos."""
     if cfg.rollout.eos_ids:
         return tuple(int(x) for x in str(cfg.rollout.eos_ids).split(","))
@@ -137,7 +138,7 @@ def eos_ids(cfg: ConfigDict, model_config: Any, tokenizer: Any) -> tuple[int, ..
     return tuple(default_eos_ids(model_config, tokenizer))
 
 
-def rollout_settings(cfg: ConfigDict, model_config: Any, tokenizer: Any) -> rollout_lib.RolloutSettings:
+def rollout_settings(cfg: ConfigDict, model_config: Any, tokenizer: Tokenizer) -> rollout_lib.RolloutSettings:
     """The `rollout.RolloutSettings` of a run (sampling, stop ids, padding, prompt format)."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model_config.pad_token_id or 0)
     return rollout_lib.RolloutSettings(

@@ -65,13 +65,14 @@ from maxk_jax.rl import config as config_lib
 from maxk_jax.rl.config import (initialize_distributed, num_rl_steps, step_config,  # noqa: F401
                                 train_ks, validate_config)                       # (public here too)
 from maxk_jax.rl.metrics_log import MetricsLogger
+from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 EvalFn = Callable[[Any, int], dict[str, float]]
 
 
 # ------------------------------------------------------------------ data --------------------
 
-def load_problem_set(spec: ConfigDict, tokenizer: Any) -> list[Problem]:
+def load_problem_set(spec: ConfigDict, tokenizer: Tokenizer) -> list[Problem]:
     """Problems of a data spec (fields dataset, path, split, problems, options_json, limit,
     synthetic_*): a Problem JSONL cache, the synthetic family, or any ``load_dataset`` name."""
     if spec.problems:
@@ -141,7 +142,7 @@ def _mean_over_iterations(per_iter: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Any, executor: Executor,
+def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Tokenizer, executor: Executor,
                  mesh: jax.sharding.Mesh, settings: rollout_lib.RolloutSettings) -> EvalFn | None:
     """``eval_fn(params, rl_step) -> {"eval/pass_at_k/<k>": ..., "eval/max_at_k/<k>": ...}``:
     ``maxk_jax.eval.run.run_evaluation`` on the ``eval.*`` problems with the rollout's prompt
@@ -184,7 +185,7 @@ class RunContext:
     cfg: ConfigDict
     mesh: jax.sharding.Mesh
     model_config: Any
-    tokenizer: Any
+    tokenizer: Tokenizer
     problems: list[Problem]
     total: int                        # RL steps of the run
     start: int                        # first RL step to run (> 0 when resumed)

@@ -42,6 +42,7 @@ from maxk_jax.eval.result import ProblemResult, problem_metrics
 from maxk_jax.judging import Completions, judge_completions
 from maxk_jax.execution import Executor
 from maxk_jax.models import qwen2
+from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 STATUSES = ("ok", "sandbox_error", "invalid")
 PROMPT_FORMATS = ("full", "statement")
@@ -92,7 +93,7 @@ class Rollout:
         return ~np.isnan(self.rewards)
 
 
-def encode_problems(problems: Sequence[Problem], tokenizer: Any, prompt_format: str = "full",
+def encode_problems(problems: Sequence[Problem], tokenizer: Tokenizer, prompt_format: str = "full",
                     render_kwargs: Mapping[str, Any] | None = None) -> tuple[list[list[int]], list[bool]]:
     """Prompt token ids of each problem and whether its completion starts inside a code fence.
 
@@ -111,7 +112,7 @@ def encode_problems(problems: Sequence[Problem], tokenizer: Any, prompt_format: 
     return encode_prompts(problems, tokenizer, **render), inside
 
 
-def decode(tokenizer: Any, tokens: np.ndarray, lengths: np.ndarray) -> list[tuple[str, ...]]:
+def decode(tokenizer: Tokenizer, tokens: np.ndarray, lengths: np.ndarray) -> list[tuple[str, ...]]:
     """tokens [P, n, T], lengths [P, n] -> texts [P][n] (cut at lengths, special tokens removed)."""
     return [tuple(tokenizer.batch_decode([tokens[i, j, :lengths[i, j]].tolist()
                                           for j in range(tokens.shape[1])], skip_special_tokens=True))
@@ -122,7 +123,7 @@ class PromptCompletionSource:
     """``maxk_jax.eval.run`` completion source sampling with the rollout's prompt format:
     ``source(problems, keys [P, m], first_sample) -> [Completions] * P``."""
 
-    def __init__(self, config: qwen2.Qwen2Config, params: Any, tokenizer: Any,
+    def __init__(self, config: qwen2.Qwen2Config, params: Any, tokenizer: Tokenizer,
                  settings: RolloutSettings, mesh: jax.sharding.Mesh | None = None) -> None:
         self.config, self.params, self.tokenizer = config, params, tokenizer
         self.settings, self.mesh = settings, mesh
@@ -197,7 +198,7 @@ def _rewards(results: Sequence[ProblemResult]) -> tuple[np.ndarray, ...]:
     return rewards, passed, total
 
 
-def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Any, problems: Sequence[Problem],
+def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Tokenizer, problems: Sequence[Problem],
             executor: Executor, settings: RolloutSettings, key: jax.Array, *,
             mesh: jax.sharding.Mesh | None = None) -> Rollout:
     """Sample ``settings.n`` completions of every problem with ``key``, judge them, build the Batch.

@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 from maxk_jax.data.prompts import chat_prompt_ids  # noqa: F401  (re-exported: the warm-up prompt format)
 from maxk_jax.models import qwen2
 from maxk_jax.rl import training
+from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 Params = Any
 
@@ -108,7 +109,7 @@ class WarmupResult(NamedTuple):
 # ----------------------------------------------------------------------------------------------
 # Examples
 # ----------------------------------------------------------------------------------------------
-def encode_example(tokenizer: Any, user_message: str, completion: str) -> Example:
+def encode_example(tokenizer: Tokenizer, user_message: str, completion: str) -> Example:
     """`Example` of a user message and an answer: chat prompt ids, answer ids + the eos id."""
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -119,7 +120,7 @@ def encode_example(tokenizer: Any, user_message: str, completion: str) -> Exampl
     return Example(tuple(chat_prompt_ids(tokenizer, user_message)), tuple(ids))
 
 
-def synthetic_examples(problems: Sequence[Any], tokenizer: Any, rng: np.random.Generator, *,
+def synthetic_examples(problems: Sequence[Any], tokenizer: Tokenizer, rng: np.random.Generator, *,
                        per_problem: int, noise: float) -> list[Example]:
     """Warm-up pairs for synthetic problems: the raw statement as the user message and
     ``per_problem`` solutions from `maxk_jax.data.synthetic.noisy_solutions` (diverse rewrites,

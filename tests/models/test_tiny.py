@@ -156,3 +156,10 @@ def test_bad_inputs_raise(corpus, tmp_path):
         tiny.build_tiny_checkpoint(tmp_path, corpus, seed=None)
     with pytest.raises(ValueError, match="eos_token_id is taken from the trained tokenizer"):
         tiny.build_tiny_checkpoint(tmp_path, corpus, seed=0, eos_token_id=5)
+
+
+def test_tokenizer_satisfies_the_tokenizer_protocol(tokenizer):
+    from maxk_jax.models.tokenizer_protocol import Tokenizer
+
+    assert isinstance(tokenizer, Tokenizer)
+    assert not isinstance(object(), Tokenizer)
