@@ -1,0 +1,108 @@
+"""The package's shape: imports follow the data flow (problems -> sampler -> executor -> judging ->
+estimator -> loss -> train_step -> loop), no import cycles between modules, and no script under
+experiments/ imports another script (configs aside)."""
+from __future__ import annotations
+
+import ast
+import collections
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# Stage of each unit (a top-level module / subpackage of maxk_jax; rl's modules one by one).
+# A unit may import only units of the same or an earlier stage.
+STAGE = {
+    "sharding": 0, "multihost": 0, "checkpoint": 0, "config_overrides": 0, "models": 0, "data": 0,
+    "sampling": 1,
+    "execution": 2,
+    "judging": 3,
+    "estimators": 4,
+    "eval": 5, "rl.losses": 5,
+    "rl.training": 6,
+    "rl.rollout": 7, "rl.warmup": 7, "rl.metrics_log": 7, "rl.config": 7, "rl.loop": 7,
+    "pipelines": 8,
+}
+
+
+def _modules(package: str) -> dict[str, pathlib.Path]:
+    out = {}
+    for path in (ROOT / package).rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: pathlib.Path, modules: dict[str, pathlib.Path], prefix: str) -> set[str]:
+    """Modules of `modules` that `path` imports (anywhere in the file, function-level included)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == prefix:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                out.add(name if name in modules else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] == prefix)
+    return {m for m in out if m in modules}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[1] == "rl":
+        return "rl." + parts[2]
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_unit_has_a_stage():
+    units = {_unit(m) for m in _modules("maxk_jax")} - {"maxk_jax", "rl"}
+    assert units <= set(STAGE), sorted(units - set(STAGE))
+
+
+def test_imports_follow_the_data_flow():
+    modules = _modules("maxk_jax")
+    bad = []
+    for module, path in modules.items():
+        src = _unit(module)
+        for target in _imports(path, modules, "maxk_jax"):
+            dst = _unit(target)
+            if src in STAGE and dst in STAGE and STAGE[dst] > STAGE[src]:
+                bad.append(f"{module} imports {target} (stage {STAGE[src]} -> {STAGE[dst]})")
+    assert not bad, "\n".join(bad)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of a directed graph as a node list (first == last), or [] when it is acyclic."""
+    state: dict[str, int] = collections.defaultdict(int)   # 0 new, 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> list[str]:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state[nxt] == 1:
+                return stack[stack.index(nxt):] + [node, nxt] if nxt in stack else [node, nxt]
+            if state[nxt] == 0:
+                found = visit(nxt, stack + [node])
+                if found:
+                    return found
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if state[node] == 0:
+            found = visit(node, [])
+            if found:
+                return found
+    return []
+
+
+def test_no_import_cycles_between_modules():
+    modules = _modules("maxk_jax")
+    graph = {m: _imports(p, modules, "maxk_jax") - {m} for m, p in modules.items()}
+    # a package's __init__ re-exports its private modules; those edges are not cycles of logic
+    graph = {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in graph.items()}
+    assert find_cycle(graph) == [], " -> ".join(find_cycle(graph))
+
+
+def test_find_cycle_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
