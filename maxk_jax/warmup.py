@@ -38,6 +38,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from maxk_jax import logprobs
 from maxk_jax.models import qwen2
 
 Params = Any
@@ -210,9 +211,15 @@ def masked_nll(logits: jax.Array, tokens: jax.Array, loss_mask: jax.Array) -> ja
 
 def completion_nll(model_config: qwen2.Qwen2Config, params: Params, tokens: jax.Array,
                    attention_mask: jax.Array, loss_mask: jax.Array) -> jax.Array:
-    """`masked_nll` of the model's logits. tokens / attention_mask [B, L], loss_mask [B, L-1]
-    -> scalar float32."""
-    return masked_nll(qwen2.logits(model_config, params, tokens, attention_mask), tokens, loss_mask)
+    """`masked_nll` of the model, computed by ``maxk_jax.logprobs`` (hidden states, LM head over
+    vocabulary chunks, no [B, L, V] float32 logits). tokens / attention_mask [B, L], loss_mask
+    [B, L-1] -> scalar float32.  Every position goes through the LM head: in this right-padded
+    layout the completion starts at a different column in every row."""
+    hidden = qwen2.hidden_states(model_config, params, tokens, attention_mask)[:, :-1]
+    weight, axis = qwen2.lm_head_weight(model_config, params)
+    logp, _ = logprobs.token_logprobs(hidden, weight, axis, tokens[:, 1:])
+    weight_mask = loss_mask.astype(jnp.float32)
+    return -jnp.sum(jnp.where(loss_mask, logp, 0.0)) / jnp.maximum(jnp.sum(weight_mask), 1.0)
 
 
 def make_optimizer(cfg: WarmupConfig) -> optax.GradientTransformation:

@@ -276,6 +276,7 @@ class Qwen2(nn.Module):
     config: Qwen2Config
     mode: str = "full"
     last_only: bool = False  # project only the last position to logits ([B,1,V])
+    head: bool = True  # False: return the final-normed hidden states [B,T,E] (no LM head)
 
     @nn.compact
     def __call__(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array,
@@ -283,7 +284,8 @@ class Qwen2(nn.Module):
                  ) -> tuple[jax.Array, Any]:
         """tokens/positions [B,T] int, mask [B,T,S] bool; cache_kv ([L,B,K,S,D],)*2 (read only,
         decode mode) or None. Returns (logits, new k/v stacked over layers: prefill
-        ([L,B,T,K,D],)*2, decode ([L,B,K,D],)*2, full None)."""
+        ([L,B,T,K,D],)*2, decode ([L,B,K,D],)*2, full None); with ``head=False`` the first
+        element is the final-normed hidden state [B,T,E] in the compute dtype instead of logits."""
         cfg = self.config
         embed = Embed(cfg, name="embed")
         h = nn.with_logical_constraint(embed(tokens), _ACT_BTE)
@@ -299,6 +301,8 @@ class Qwen2(nn.Module):
         if self.last_only:
             h = h[:, -1:]
         h = RMSNorm(cfg, name="final_norm")(h)
+        if not self.head:
+            return nn.with_logical_constraint(h, _ACT_BTE), new_cache
         if cfg.tie_word_embeddings:
             logits = jnp.einsum("bte,ve->btv", h, embed.embedding.astype(h.dtype),
                                 preferred_element_type=jnp.float32)
@@ -361,6 +365,26 @@ def logits(config: Qwen2Config, params: Params, tokens: jax.Array,
     out, _ = Qwen2(config).apply({"params": params}, tokens, positions_from_mask(mask),
                                  _causal_mask(mask))
     return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def hidden_states(config: Qwen2Config, params: Params, tokens: jax.Array,
+                  attention_mask: jax.Array | None = None) -> jax.Array:
+    """Full forward without cache and WITHOUT the LM head: tokens [B,T] int, attention_mask [B,T]
+    (as :func:`logits`) -> final-normed hidden states [B,T,E] in ``config.dtype``.
+    ``logits == hidden_states @ lm_head_weight`` (see :func:`lm_head_weight`)."""
+    mask = _check_tokens(tokens, attention_mask)
+    out, _ = Qwen2(config, head=False).apply({"params": params}, tokens, positions_from_mask(mask),
+                                             _causal_mask(mask))
+    return out
+
+
+def lm_head_weight(config: Qwen2Config, params: Params) -> tuple[jax.Array, int]:
+    """(output projection, its vocabulary axis): the tied embedding [V,E] (axis 0) or the
+    untied ``lm_head/kernel`` [E,V] (axis 1), in the parameter dtype."""
+    if config.tie_word_embeddings:
+        return params["embed"]["embedding"], 0
+    return params["lm_head"]["kernel"], 1
 
 
 @functools.partial(jax.jit, static_argnums=0)
