@@ -62,8 +62,7 @@ def pick_vocab_chunk(vocab: int, target: int = DEFAULT_VOCAB_CHUNK) -> int:
 def _project(hidden: jax.Array, weight: jax.Array, vocab_axis: int) -> jax.Array:
     """hidden [..., E] x weight ([C, E] if vocab_axis == 0 else [E, C]) -> float32 [..., C]."""
     w = weight.astype(hidden.dtype)
-    spec = "...e,ce->...c" if vocab_axis == 0 else "...e,ec->...c"
-    return jnp.einsum(spec, hidden, w, preferred_element_type=jnp.float32)
+    return qwen2.dense(hidden, w.T if vocab_axis == 0 else w, jnp.float32)
 
 
 def _check(hidden: jax.Array, weight: jax.Array, vocab_axis: int, targets: jax.Array) -> int:
