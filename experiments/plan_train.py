@@ -85,12 +85,19 @@ _VALUE = re.compile(r"^ value: <\d+ (\S+) @\d+> \(size=(\d+),offset=\d+\): (\S+)
 _OP_NAME = re.compile(r'^\s*(?:ROOT )?%(\S+) = .*op_name="([^"]*)"')
 
 
-def temp_breakdown(module: str, top: int) -> dict[str, Any]:
+def _dims(shape: str) -> list[int]:
+    """'f32[1,256,152064]' -> [1, 256, 152064]."""
+    inner = shape.split("[", 1)[1].rstrip("]") if "[" in shape else ""
+    return [int(x) for x in inner.split(",") if x]
+
+
+def temp_breakdown(module: str, top: int, vocab: int) -> dict[str, Any]:
     """Largest buffers in the temp allocations of the last compiled XLA module named ``module``
     (from its dumped buffer assignment): total temp bytes, and the ``top`` largest values grouped
     by (shape, JAX op) with their count.  Temp = not a parameter, output, constant or
     thread-local allocation; buffers with disjoint live ranges share temp bytes, so the listed
-    sizes can add up to more than the total."""
+    sizes can add up to more than the total.  ``vocab_f32`` lists every float32 temp value whose
+    last axis is the vocabulary (logits-sized buffers and LM-head weight copies)."""
     files = sorted(glob.glob(f"{_DUMP_DIR}/module_*.{module}.cpu_after_optimizations-buffer-assignment.txt"))
     if not files:
         raise FileNotFoundError(f"no buffer assignment of {module} in {_DUMP_DIR} (XLA_FLAGS dump)")
@@ -118,9 +125,10 @@ def temp_breakdown(module: str, top: int) -> dict[str, Any]:
                 key = (m.group(3).split("{")[0], op[-90:])
                 values[key] += 1
                 sizes[key] = int(m.group(2))
-    rows = sorted(sizes, key=lambda k: -sizes[k])[:top]
-    return {"temp_bytes": total, "largest": [{"shape": k[0], "op": k[1], "bytes": sizes[k], "count": values[k]}
-                                             for k in rows]}
+    as_row = lambda k: {"shape": k[0], "op": k[1], "bytes": sizes[k], "count": values[k]}  # noqa: E731
+    ranked = sorted(sizes, key=lambda k: -sizes[k])
+    vocab_f32 = [as_row(k) for k in ranked if k[0].startswith("f32[") and _dims(k[0])[-1:] == [vocab]]
+    return {"temp_bytes": total, "largest": [as_row(k) for k in ranked[:top]], "vocab_f32": vocab_f32}
 
 
 def _row(name: str, compiled: Any, seconds: float) -> dict[str, Any]:
@@ -152,7 +160,7 @@ def plan_layout(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str
     t0 = time.perf_counter()
     compiled = step.lower(state, batch).compile()
     row = _row(layout, compiled, time.perf_counter() - t0)
-    row["temp_breakdown"] = temp_breakdown("jit_step", FLAGS.breakdown)
+    row["temp_breakdown"] = temp_breakdown("jit_step", FLAGS.breakdown, config.vocab_size)
     row["state_analytic"] = state_bytes_per_device(state)
     rows = [row]
     if ref:
@@ -160,29 +168,32 @@ def plan_layout(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str
         t0 = time.perf_counter()
         compiled = fn.lower(state.params, batch.replace(ref_logp=None)).compile()
         ref_row = _row(f"{layout} ref-logp pass", compiled, time.perf_counter() - t0)
-        ref_row["temp_breakdown"] = temp_breakdown("jit_fn", FLAGS.breakdown)
+        ref_row["temp_breakdown"] = temp_breakdown("jit_fn", FLAGS.breakdown, config.vocab_size)
         ref_row["state_analytic"] = state_bytes_per_device(state.params)
         rows.append(ref_row)
     return rows
 
 
-def breakdown_markdown(rows: list[dict[str, Any]], vocab: int, completion_len: int) -> str:
-    """Markdown of every row's largest temp buffers; flags float32 buffers with a vocabulary-sized
-    last axis and >= completion_len rows per sequence (a [micro-batch, T, V] logits tensor)."""
+def breakdown_markdown(rows: list[dict[str, Any]], vocab: int, seq_lens: tuple[int, ...]) -> str:
+    """Markdown of every row's largest temp buffers and of its float32 vocabulary-sized temps; a
+    [micro-batch, T, V] logits buffer is one whose second-to-last axis is a sequence length
+    (``seq_lens``: T and S)."""
     out = ""
+    is_logits = lambda shape: len(_dims(shape)) >= 2 and _dims(shape)[-2] in seq_lens  # noqa: E731
     for r in rows:
         bd = r.get("temp_breakdown")
         if not bd:
             continue
         out += (f"\n**{r['layout']}**: temps {bd['temp_bytes'] / GIB:.2f} GiB per device; largest temp "
-                "buffers (shape, JAX op, count):\n\n| GiB | shape | count | op | [mb, T, V] f32? |\n"
-                "|---:|---|---:|---|---|\n")
-        for v in bd["largest"]:
-            dims = [int(x) for x in re.findall(r"\d+", v["shape"].split("[", 1)[1])] if "[" in v["shape"] else []
-            logits = (v["shape"].startswith("f32") and len(dims) >= 2 and dims[-1] == vocab
-                      and math.prod(dims[:-1]) >= completion_len)
-            out += (f"| {v['bytes'] / GIB:.3f} | `{v['shape']}` | {v['count']} | {v['op']} | "
-                    f"{'**yes**' if logits else ''} |\n")
+                "buffers (shape, count, JAX op):\n\n| GiB | shape | count | op |\n|---:|---|---:|---|\n")
+        out += "".join(f"| {v['bytes'] / GIB:.3f} | `{v['shape']}` | {v['count']} | {v['op']} |\n"
+                       for v in bd["largest"])
+        logits = [v for v in bd["vocab_f32"] if is_logits(v["shape"])]
+        out += (f"\nfloat32 temps with a vocabulary (V = {vocab}) last axis: "
+                + (", ".join(f"`{v['shape']}` {v['bytes'] / GIB:.3f} GiB" + (" (**[mb, T, V] logits**)"
+                                                                           if is_logits(v["shape"]) else "")
+                             for v in bd["vocab_f32"]) or "none")
+                + f". [micro-batch, T, V] float32 logits buffers: {len(logits)}.\n")
     return out
 
 
@@ -208,7 +219,8 @@ def main(argv: list[str]) -> None:
     table = plan_memory.to_markdown(rows, header)
     table += "\n| layout | params+Adam state per device (analytic) GiB |\n|---|---:|\n" + "".join(
         f"| {r['layout']} | {r['state_analytic'] / GIB:.2f} |\n" for r in rows)
-    table += breakdown_markdown(rows, config.vocab_size, FLAGS.completion_len)
+    table += breakdown_markdown(rows, config.vocab_size,
+                                (FLAGS.completion_len, FLAGS.prompt_len + FLAGS.completion_len))
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan_train.md").write_text(table)

@@ -15,9 +15,13 @@ supervised warm-up::
    (running max m, Σ exp(l − m), Σ exp(l − m)·l for the entropy, and the target's logit).
 
 So the largest float32 buffer is [B, T, C], never [B, T, V] (C = ``vocab_chunk``; the default
-``pick_vocab_chunk`` prefers a divisor of V near 8192, so Qwen2.5's V = 152064 gives 16 chunks of
-9504).  A chunk size that does not divide V is handled without padding the weight: the last
-chunk's start is clamped to V − C and the columns already counted by earlier chunks are masked.
+``pick_vocab_chunk`` prefers a divisor of V in [4096, 8192], so Qwen2.5's V = 152064 gives 22
+chunks of 6912).  When C divides V, chunk i holds the columns i, i + n, i + 2n, ... (n = V / C):
+the weight is only reshaped, [E, V] -> [E, C, n], and indexed on its last axis, so a vocabulary
+sharded over the 'tensor' mesh axis stays sharded (each device projects its own columns of every
+chunk; no all-gather of the LM head).  A chunk size that does not divide V takes contiguous
+chunks without padding the weight: the last chunk's start is clamped to V − C and the columns
+already counted by earlier chunks are masked.
 The running max is a ``stop_gradient`` constant (log-sum-exp is invariant to it), so the
 gradient is the exact softmax gradient.
 
@@ -85,13 +89,25 @@ def _vocab_chunked(hidden: jax.Array, weight: jax.Array, vocab_axis: int, target
     lead = hidden.shape[:-1]
     targets = targets.astype(jnp.int32)
 
+    n_chunks = -(-v // chunk)
+    strided = v % chunk == 0 and n_chunks > 1
+    if strided:  # chunk i = columns i, i + n, i + 2n, ... (n = n_chunks): a free reshape
+        shape = (chunk, n_chunks, weight.shape[1]) if vocab_axis == 0 else (weight.shape[0], chunk, n_chunks)
+        w_split = weight.reshape(shape)
+
     def stats(i: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         m, s, u, tgt = carry
-        start = jnp.minimum(i * chunk, v - chunk)
-        w = jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=vocab_axis)
+        if strided:
+            axis = 1 if vocab_axis == 0 else 2
+            w = jax.lax.dynamic_index_in_dim(w_split, i, axis=axis, keepdims=False)
+            col = jnp.arange(chunk, dtype=jnp.int32) * n_chunks + i
+            fresh = jnp.ones((chunk,), jnp.bool_)
+        else:  # contiguous; the ragged last chunk starts at V - C and skips the columns seen
+            start = jnp.minimum(i * chunk, v - chunk)
+            w = jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=vocab_axis)
+            col = start + jnp.arange(chunk, dtype=jnp.int32)
+            fresh = col >= i * chunk
         logits = _project(hidden, w, vocab_axis) * inv_t  # [..., C]
-        col = start + jnp.arange(chunk, dtype=jnp.int32)
-        fresh = col >= i * chunk  # columns not counted by an earlier chunk (ragged last chunk)
         masked = jnp.where(fresh, logits, -jnp.inf)
         m_new = jnp.maximum(m, jax.lax.stop_gradient(jnp.max(masked, axis=-1)))
         scale = jnp.exp(m - m_new)
@@ -105,7 +121,6 @@ def _vocab_chunked(hidden: jax.Array, weight: jax.Array, vocab_axis: int, target
 
     zeros = jnp.zeros(lead, jnp.float32)
     init = (jnp.full(lead, -jnp.inf, jnp.float32), zeros, zeros, zeros)
-    n_chunks = -(-v // chunk)
     if n_chunks == 1:
         m, s, u, tgt = stats(jnp.int32(0), init)
     else:
