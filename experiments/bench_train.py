@@ -11,7 +11,8 @@ global-norm clipping to 1.0, Adam.  The JAX side is ``training.make_train_step``
 "grpo", entropy metric off, one micro-batch: the LM head only at completion positions, see
 ``maxk_jax.logprobs``); the PyTorch side is written out below and made equally lean the way TRL
 does it: ``logits_to_keep = completion_len + 1`` (the LM head and log-softmax only where
-completion tokens are predicted).  The step-0 losses of both sides are compared (same
+completion tokens are predicted), attention ``--torch_attn`` (default sdpa, transformers' own
+default).  The step-0 losses of both sides are compared (same
 computation -> same number).
 
 Timing: after ``--warmup`` untimed steps per side (the first JAX call compiles; reported
@@ -56,6 +57,7 @@ flags.DEFINE_integer("steps", 3, "Timed steps per side and round.")
 flags.DEFINE_integer("rounds", 3, "Alternating timing rounds (median over rounds is reported).")
 flags.DEFINE_integer("peak_size", 1024, "Square float32 matmul size of the peak measurement.")
 flags.DEFINE_float("learning_rate", 1e-5, "Adam learning rate (both sides).")
+flags.DEFINE_enum("torch_attn", "sdpa", ["sdpa", "eager"], "transformers attention implementation.")
 flags.DEFINE_integer("seed", 0, "Seed of the weights and the batch.")
 flags.DEFINE_string("results_dir", "runs/bench_train", "Directory for bench_train.{json,png}.")
 
@@ -116,7 +118,7 @@ def torch_side(path: str, data: dict[str, np.ndarray], old_logp: np.ndarray) -> 
     import transformers
 
     model = transformers.Qwen2ForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                          attn_implementation="eager")
+                                                          attn_implementation=FLAGS.torch_attn)
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=FLAGS.learning_rate)
     tokens = torch.from_numpy(data["tokens"]).long()
@@ -240,7 +242,7 @@ def main(argv: list[str]) -> None:
     result = {
         "config": {k: FLAGS[k].value for k in ("hidden", "layers", "heads", "kv_heads", "vocab", "prompts", "n",
                                                "prompt_len", "completion_len", "warmup", "steps", "rounds",
-                                               "seed", "peak_size")},
+                                               "seed", "peak_size", "torch_attn")},
         "params": qwen2.param_count(config), "tokens_per_step": tokens, "model_flops_per_step": flops,
         "matmul_peak_flops": peak, "jax": sides["jax"], "torch": sides["torch"],
         "ratio_jax_over_torch": ours / ref,
@@ -268,7 +270,7 @@ def main(argv: list[str]) -> None:
           f"{flops / 1e9:.1f} model GFLOP/step; matmul peak {peak_flops / 1e9:.1f} GFLOP/s "
           f"(jax {peak['jax'] / 1e9:.1f}, torch {peak['torch'] / 1e9:.1f})")
     print("| side | step s (median of rounds) | tokens/s | MFU | step-0 loss |\n|---|---:|---:|---:|---:|")
-    for name, label in (("jax", "maxk_jax"), ("torch", "PyTorch (logits_to_keep)")):
+    for name, label in (("jax", "maxk_jax"), ("torch", f"PyTorch ({FLAGS.torch_attn}, logits_to_keep)")):
         r = sides[name]
         print(f"| {label} | {r['step_s']:.4f} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} | "
               f"{r['loss_step0']:.6f} |")
