@@ -81,6 +81,46 @@ def _param(module: nn.Module, name: str, init: Any, shape: tuple[int, ...],
 
 
 _dense_init = nn.initializers.normal(stddev=0.02)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def dense(x: jax.Array, w: jax.Array, out_dtype: Any = None) -> jax.Array:
+    """x [..., K] @ w [K, N] -> [..., N] (``out_dtype``: the matmul's preferred element type, e.g.
+    float32 logits from bf16 operands; None = the operands' type).
+
+    Same values as ``jnp.einsum``; only the backward pass is written out: the weight gradient is
+    ``x2.T @ g2`` (or ``(g2.T @ x2).T`` when N < K) with the smaller transposed operand
+    materialised first (behind an optimisation barrier).  Left to autodiff, XLA:CPU computes dW = dot(x, g, contracting dims 0 and 0),
+    which its matmul kernels do not take, so it transposes the cotangent g inside the loop
+    fusion that produces it (e.g. the SwiGLU backward): a strided elementwise pass that cost as
+    much as all the matmuls of the backward together (experiments/bench_train.py).
+    """
+    return jnp.einsum("...k,kn->...n", x, w, preferred_element_type=out_dtype)
+
+
+def _dense_fwd(x: jax.Array, w: jax.Array, out_dtype: Any) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return dense(x, w, out_dtype), (x, w)
+
+
+def _dense_bwd(out_dtype: Any, res: tuple[jax.Array, jax.Array], g: jax.Array
+               ) -> tuple[jax.Array, jax.Array]:
+    x, w = res
+    k, n = w.shape
+    acc = jnp.promote_types(jnp.promote_types(x.dtype, w.dtype), jnp.float32)
+    dx = jnp.einsum("...n,kn->...k", g.astype(x.dtype) if out_dtype is None else g, w,
+                    preferred_element_type=acc).astype(x.dtype)
+    x2 = x.reshape(-1, k)
+    g2 = g.reshape(-1, n).astype(x.dtype) if out_dtype is None else g.reshape(-1, n)
+    if k <= n:  # transpose the smaller operand, materialised row-major before the matmul
+        dw = jnp.einsum("kr,rn->kn", jax.lax.optimization_barrier(x2.T), g2,
+                        preferred_element_type=acc)
+    else:
+        dw = jnp.einsum("nr,rk->nk", jax.lax.optimization_barrier(g2.T), x2,
+                        preferred_element_type=acc).T
+    return dx, dw.astype(w.dtype)
+
+
+dense.defvjp(_dense_fwd, _dense_bwd)
 _ACT_BTE = ("activation_batch", "activation_length", "activation_embed")
 
 
@@ -187,9 +227,10 @@ class Attention(nn.Module):
         wo = _param(self, "o_kernel", _dense_init, (h, d, e), ("heads", "head_dim", "embed"), pd)
 
         x = x.astype(cd)
-        q = jnp.einsum("bte,ehd->bthd", x, wq.astype(cd)) + bq.astype(cd)
-        k = jnp.einsum("bte,ekd->btkd", x, wk.astype(cd)) + bk.astype(cd)
-        v = jnp.einsum("bte,ekd->btkd", x, wv.astype(cd)) + bv.astype(cd)
+        b, t = x.shape[:2]
+        q = dense(x, wq.astype(cd).reshape(e, h * d)).reshape(b, t, h, d) + bq.astype(cd)
+        k = dense(x, wk.astype(cd).reshape(e, k_ * d)).reshape(b, t, k_, d) + bk.astype(cd)
+        v = dense(x, wv.astype(cd).reshape(e, k_ * d)).reshape(b, t, k_, d) + bv.astype(cd)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
@@ -203,7 +244,7 @@ class Attention(nn.Module):
             new_kv = (k, v) if self.mode == "prefill" else None  # [B, T, K, D]
         out = nn.with_logical_constraint(out, ("activation_batch", "activation_length",
                                                "activation_heads", "head_dim"))
-        return jnp.einsum("bthd,hde->bte", out, wo.astype(cd)), new_kv
+        return dense(out.reshape(b, t, h * d), wo.astype(cd).reshape(h * d, e)), new_kv
 
 
 class MLP(nn.Module):
@@ -219,10 +260,10 @@ class MLP(nn.Module):
         wu = _param(self, "up_kernel", _dense_init, (e, f), ("embed", "mlp"), pd)
         wd = _param(self, "down_kernel", _dense_init, (f, e), ("mlp", "embed"), pd)
         x = x.astype(cd)
-        hidden = jax.nn.silu(x @ wg.astype(cd)) * (x @ wu.astype(cd))
+        hidden = jax.nn.silu(dense(x, wg.astype(cd))) * dense(x, wu.astype(cd))
         hidden = nn.with_logical_constraint(hidden, ("activation_batch", "activation_length",
                                                      "activation_mlp"))
-        return hidden @ wd.astype(cd)
+        return dense(hidden, wd.astype(cd))
 
 
 class DecoderLayer(nn.Module):
@@ -267,7 +308,7 @@ class LMHead(nn.Module):
         cfg = self.config
         w = _param(self, "kernel", _dense_init, (cfg.hidden_size, cfg.vocab_size),
                    ("embed", "vocab"), cfg.params_dtype)
-        return jnp.einsum("bte,ev->btv", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+        return dense(h, w.astype(h.dtype), jnp.float32)
 
 
 class Qwen2(nn.Module):
@@ -276,6 +317,7 @@ class Qwen2(nn.Module):
     config: Qwen2Config
     mode: str = "full"
     last_only: bool = False  # project only the last position to logits ([B,1,V])
+    head: bool = True  # False: return the final-normed hidden states [B,T,E] (no LM head)
 
     @nn.compact
     def __call__(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array,
@@ -283,7 +325,8 @@ class Qwen2(nn.Module):
                  ) -> tuple[jax.Array, Any]:
         """tokens/positions [B,T] int, mask [B,T,S] bool; cache_kv ([L,B,K,S,D],)*2 (read only,
         decode mode) or None. Returns (logits, new k/v stacked over layers: prefill
-        ([L,B,T,K,D],)*2, decode ([L,B,K,D],)*2, full None)."""
+        ([L,B,T,K,D],)*2, decode ([L,B,K,D],)*2, full None); with ``head=False`` the first
+        element is the final-normed hidden state [B,T,E] in the compute dtype instead of logits."""
         cfg = self.config
         embed = Embed(cfg, name="embed")
         h = nn.with_logical_constraint(embed(tokens), _ACT_BTE)
@@ -299,6 +342,8 @@ class Qwen2(nn.Module):
         if self.last_only:
             h = h[:, -1:]
         h = RMSNorm(cfg, name="final_norm")(h)
+        if not self.head:
+            return nn.with_logical_constraint(h, _ACT_BTE), new_cache
         if cfg.tie_word_embeddings:
             logits = jnp.einsum("bte,ve->btv", h, embed.embedding.astype(h.dtype),
                                 preferred_element_type=jnp.float32)
@@ -361,6 +406,26 @@ def logits(config: Qwen2Config, params: Params, tokens: jax.Array,
     out, _ = Qwen2(config).apply({"params": params}, tokens, positions_from_mask(mask),
                                  _causal_mask(mask))
     return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def hidden_states(config: Qwen2Config, params: Params, tokens: jax.Array,
+                  attention_mask: jax.Array | None = None) -> jax.Array:
+    """Full forward without cache and WITHOUT the LM head: tokens [B,T] int, attention_mask [B,T]
+    (as :func:`logits`) -> final-normed hidden states [B,T,E] in ``config.dtype``.
+    ``logits == hidden_states @ lm_head_weight`` (see :func:`lm_head_weight`)."""
+    mask = _check_tokens(tokens, attention_mask)
+    out, _ = Qwen2(config, head=False).apply({"params": params}, tokens, positions_from_mask(mask),
+                                             _causal_mask(mask))
+    return out
+
+
+def lm_head_weight(config: Qwen2Config, params: Params) -> tuple[jax.Array, int]:
+    """(output projection, its vocabulary axis): the tied embedding [V,E] (axis 0) or the
+    untied ``lm_head/kernel`` [E,V] (axis 1), in the parameter dtype."""
+    if config.tie_word_embeddings:
+        return params["embed"]["embedding"], 0
+    return params["lm_head"]["kernel"], 1
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -305,12 +305,15 @@ def _masked_stats(x: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array, jax
 
 def policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mask: jax.Array,
                 config: LossConfig, *, ref_logp: jax.Array | None = None,
-                logits: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+                logits: jax.Array | None = None, entropy: jax.Array | None = None
+                ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Total loss (to minimise) and scalar metrics for one batch.
 
     logp, old_logp, mask [B, T]; advantages [B] (A_i for kind "clipped", c_i for
-    "is_weighted"); ref_logp [B, T] (required when kl_beta > 0); logits [B, T, V] (required
-    when entropy_coef > 0).  loss = agg(policy term) + β·agg(k) − entropy_coef·agg(H).
+    "is_weighted"); ref_logp [B, T] (required when kl_beta > 0); logits [B, T, V] or the
+    per-token entropy [B, T] already computed from them (e.g. ``maxk_jax.rl.logprobs``, without a
+    [B, T, V] tensor; one of the two is required when entropy_coef > 0, never both).
+    loss = agg(policy term) + β·agg(k) − entropy_coef·agg(H).
 
     Metrics (float32 scalars; ratio statistics are NaN for an all-masked batch):
       loss, loss_policy, loss_kl, loss_entropy; clip_fraction (counted tokens in the clipped
@@ -327,8 +330,12 @@ def policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mas
     _check_per_sequence("advantages", advantages, mask)
     if config.kl_beta > 0 and ref_logp is None:
         raise ValueError(f"kl_beta={config.kl_beta} > 0 needs ref_logp, got None")
-    if config.entropy_coef > 0 and logits is None:
-        raise ValueError(f"entropy_coef={config.entropy_coef} > 0 needs logits, got None")
+    if logits is not None and entropy is not None:
+        raise ValueError("pass logits or entropy, not both")
+    if config.entropy_coef > 0 and logits is None and entropy is None:
+        raise ValueError(f"entropy_coef={config.entropy_coef} > 0 needs logits or entropy, got None")
+    if entropy is not None:
+        _check_tokens("entropy", entropy, mask)
     if logits is not None and logits.shape[:2] != mask.shape:
         raise ValueError(f"logits has shape {logits.shape}, expected [B, T, V] with [B, T] = "
                          f"{mask.shape}")
@@ -369,6 +376,7 @@ def policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mas
     loss_entropy = jnp.float32(0.0)
     if logits is not None:
         entropy = token_entropy(jnp.where(m[..., None], logits, 0))
+    if entropy is not None:
         metrics["entropy"] = jax.lax.stop_gradient(_masked_stats(entropy, m)[0])
         if config.entropy_coef > 0:
             loss_entropy = -config.entropy_coef * agg(entropy)

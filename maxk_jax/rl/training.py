@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from maxk_jax.rl import losses
+from maxk_jax.rl import logprobs, losses
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.models import qwen2
@@ -275,7 +275,8 @@ def create_train_state(model_config: qwen2.Qwen2Config, params: Params,
 def completion_logits(model_config: qwen2.Qwen2Config, params: Params, tokens: jax.Array,
                       attention_mask: jax.Array, completion_len: int, temperature: float) -> jax.Array:
     """Tempered logits (logits / temperature) predicting each completion token: tokens and
-    attention_mask [B, S] -> float32 [B, T, V], T = completion_len (row t predicts tokens[:, S-T+t])."""
+    attention_mask [B, S] -> float32 [B, T, V], T = completion_len (row t predicts tokens[:, S-T+t]).
+    The full-logits reference path (tests, small models); the train step uses ``maxk_jax.rl.logprobs``."""
     s = tokens.shape[1]
     if not 0 < completion_len < s:
         raise ValueError(f"completion_len={completion_len} must be in (0, S={s})")
@@ -301,14 +302,15 @@ def truncated_logprobs(logits: jax.Array, targets: jax.Array, top_k: int = 0,
 
 
 def policy_logprobs(model_config: qwen2.Qwen2Config, cfg: StepConfig, params: Params,
-                    batch: Batch) -> tuple[jax.Array, jax.Array]:
-    """(log π_θ of the completion tokens [B, T] under the sampling distribution, tempered logits
-    [B, T, V])."""
-    t = batch.completion_len
-    logits = completion_logits(model_config, params, batch.tokens, batch.attention_mask, t,
-                               cfg.temperature)
-    targets = batch.tokens[:, -t:]
-    return truncated_logprobs(logits, targets, cfg.top_k, cfg.top_p), logits
+                    batch: Batch, *, with_entropy: bool = False
+                    ) -> tuple[jax.Array, jax.Array | None]:
+    """(log π_θ of the completion tokens [B, T] under the sampling distribution, entropy [B, T]
+    of the tempered distribution or None): ``logprobs.completion_logprobs`` -- the LM head only at
+    completion positions, over vocabulary chunks, no [B, T, V] tensor.  Equals
+    ``truncated_logprobs(completion_logits(...), ...)`` (today's reference path)."""
+    return logprobs.completion_logprobs(
+        model_config, params, batch.tokens, batch.attention_mask, batch.completion_len,
+        temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, with_entropy=with_entropy)
 
 
 # ------------------------------------------------------------------ the step ----------------
@@ -329,7 +331,8 @@ def _normaliser(counted: jax.Array, aggregation: str) -> jax.Array:
 def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, *, model_config: qwen2.Qwen2Config,
                      cfg: StepConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
     """weight * loss of one micro-batch of whole prompt groups, and its (unweighted) metrics."""
-    logp, logits = policy_logprobs(model_config, cfg, params, mb)
+    logp, entropy = policy_logprobs(model_config, cfg, params, mb,
+                                    with_entropy=cfg.compute_entropy or cfg.entropy_coef > 0)
     counted = mb.completion_mask & mb.valid[:, None]
     log_ratio = losses.sequence_log_ratio(jax.lax.stop_gradient(logp), mb.old_logp, counted)
     rows = lambda x: x.reshape(-1, cfg.n)  # noqa: E731  [Bm] -> [Pm, n]
@@ -339,7 +342,7 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, *, model_conf
     nonfinite = jnp.sum(mb.valid & ~jnp.isfinite(coef)).astype(jnp.float32)
     loss, metrics = losses.policy_loss(
         logp, mb.old_logp, coef, counted, cfg.loss_config, ref_logp=mb.ref_logp,
-        logits=logits if (cfg.compute_entropy or cfg.entropy_coef > 0) else None)
+        entropy=entropy)
     v = mb.valid
     seq_ratio = jnp.exp(log_ratio)
     big = jnp.float32(jnp.inf)

@@ -39,6 +39,7 @@ import optax
 from tqdm.auto import tqdm
 
 from maxk_jax.data.prompts import chat_prompt_ids  # noqa: F401  (re-exported: the warm-up prompt format)
+from maxk_jax.rl import logprobs
 from maxk_jax.models import qwen2
 from maxk_jax.rl import training
 from maxk_jax.models.tokenizer_protocol import Tokenizer
@@ -204,10 +205,33 @@ def masked_nll(logits: jax.Array, tokens: jax.Array, loss_mask: jax.Array) -> ja
 
 
 def completion_nll(model_config: qwen2.Qwen2Config, params: Params, tokens: jax.Array,
-                   attention_mask: jax.Array, loss_mask: jax.Array) -> jax.Array:
-    """`masked_nll` of the model's logits. tokens / attention_mask [B, L], loss_mask [B, L-1]
-    -> scalar float32."""
-    return masked_nll(qwen2.logits(model_config, params, tokens, attention_mask), tokens, loss_mask)
+                   attention_mask: jax.Array, loss_mask: jax.Array,
+                   completion_width: Optional[int] = None) -> jax.Array:
+    """`masked_nll` of the model, computed by ``maxk_jax.rl.logprobs`` (hidden states, LM head over
+    vocabulary chunks, no [B, L, V] float32 logits). tokens / attention_mask [B, L], loss_mask
+    [B, L-1] -> scalar float32.
+
+    completion_width = W (static): the LM head only sees W positions per row, gathered from the
+    row's first counted position -- the completion (``pad_batch`` makes the counted targets of a
+    row one contiguous run).  W must be >= every row's number of counted targets (`run_warmup`
+    passes the longest completion); None = every position goes through the LM head."""
+    hidden = qwen2.hidden_states(model_config, params, tokens, attention_mask)[:, :-1]
+    targets, counted = tokens[:, 1:], loss_mask
+    if completion_width is not None:
+        if isinstance(completion_width, bool) or not isinstance(completion_width, int) or completion_width < 1:
+            raise ValueError(f"completion_width={completion_width!r} must be an int >= 1 or None")
+        last = hidden.shape[1] - 1
+        width = min(completion_width, last + 1)
+        start = jnp.argmax(loss_mask, axis=1)  # first counted position of each row
+        idx = jnp.minimum(start[:, None] + jnp.arange(width), last)  # [B, W]
+        in_run = jnp.arange(width)[None, :] < jnp.sum(loss_mask, axis=1)[:, None]
+        hidden = jnp.take_along_axis(hidden, idx[..., None], axis=1)
+        targets = jnp.take_along_axis(targets, idx, axis=1)
+        counted = jnp.take_along_axis(loss_mask, idx, axis=1) & in_run
+    weight, axis = qwen2.lm_head_weight(model_config, params)
+    logp, _ = logprobs.token_logprobs(hidden, weight, axis, targets)
+    total = jnp.sum(loss_mask.astype(jnp.float32))
+    return -jnp.sum(jnp.where(counted, logp, 0.0)) / jnp.maximum(total, 1.0)
 
 
 def make_optimizer(cfg: WarmupConfig) -> optax.GradientTransformation:
@@ -221,14 +245,16 @@ def make_optimizer(cfg: WarmupConfig) -> optax.GradientTransformation:
     return tx
 
 
-def make_warmup_step(model_config: qwen2.Qwen2Config, tx: optax.GradientTransformation) -> Any:
+def make_warmup_step(model_config: qwen2.Qwen2Config, tx: optax.GradientTransformation,
+                     completion_width: Optional[int] = None) -> Any:
     """``step(params, opt_state, tokens, attention_mask, loss_mask) -> (params, opt_state, loss)``:
-    one jit-compiled update (params and opt_state donated); shapes as in `completion_nll`."""
+    one jit-compiled update (params and opt_state donated); shapes and ``completion_width`` as in
+    `completion_nll`."""
 
     def step(params: Params, opt_state: Any, tokens: jax.Array, attention_mask: jax.Array,
              loss_mask: jax.Array) -> tuple[Params, Any, jax.Array]:
         loss, grads = jax.value_and_grad(completion_nll, argnums=1)(
-            model_config, params, tokens, attention_mask, loss_mask)
+            model_config, params, tokens, attention_mask, loss_mask, completion_width)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -256,7 +282,8 @@ def run_warmup(model_config: qwen2.Qwen2Config, params: Params, examples: Sequen
     tx = make_optimizer(cfg)
     params = jax.tree.map(jnp.copy, params)
     opt_state = tx.init(params)
-    step_fn = make_warmup_step(model_config, tx)
+    # every row's counted targets = its completion, so the longest completion bounds them all
+    step_fn = make_warmup_step(model_config, tx, max(len(ex.completion) for ex in examples))
     batches = bucketed_batches(examples, cfg, pad_id, model_config.max_position_embeddings)
     losses, sizes = np.zeros(cfg.steps), np.zeros(cfg.steps, np.int64)
     start = time.perf_counter()

@@ -2,6 +2,7 @@
 real train step + ref-logp pass on 8 simulated devices and writes the md/json/png plan."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -26,6 +27,16 @@ def test_plan_train_small(tmp_path):
     # Adam doubles the state: params + 2 moments (+ a scalar step) on every layout of the step
     assert plan["rows"][0]["state_analytic"] > 2.9 * plan["rows"][1]["state_analytic"]
     assert (tmp_path / "plan_train.md").read_text().count("| fsdp") >= 3
+    # temp breakdown from XLA's buffer assignment; the chunked log-prob path leaves no float32
+    # [micro-batch, T, V] logits buffer (T = 8 completion positions, S = 24 tokens)
+    for r in plan["rows"]:
+        bd = r["temp_breakdown"]
+        assert bd["temp_bytes"] > 0 and len(bd["largest"]) == 12
+        assert bd["largest"][0]["bytes"] >= bd["largest"][-1]["bytes"] > 0
+        rows = [v["shape"] for v in bd["vocab_f32"]
+                if re.findall(r"\d+", v["shape"].split("[", 1)[1])[-2:-1] in (["8"], ["24"])]
+        assert rows == [], rows
+    assert "[micro-batch, T, V] float32 logits buffers: 0." in (tmp_path / "plan_train.md").read_text()
     assert (tmp_path / "plan_train.png").stat().st_size > 0
 
 

@@ -198,3 +198,33 @@ def test_every_param_has_logical_axes():
     for (path, s), a in zip(flat_s, flat_a):
         assert len(a) == len(s.shape) and all(isinstance(n, str) for n in a), (path, a)
     assert math.prod(shapes["embed"]["embedding"].shape) == 64 * 32
+
+
+@pytest.mark.parametrize("k,n", [(8, 24), (24, 8)])  # both branches of the weight gradient
+def test_dense_gradients_equal_einsum_gradients(k, n):
+    x = jax.random.normal(jax.random.key(0), (3, 5, k))
+    w = jax.random.normal(jax.random.key(1), (k, n))
+    g = jax.random.normal(jax.random.key(2), (3, 5, n))
+    ours = jax.vjp(qwen2.dense, x, w)[1](g)
+    ref = jax.vjp(lambda a, b: jnp.einsum("btk,kn->btn", a, b), x, w)[1](g)
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    # bf16 operands, float32 output (the LM head): float32 cotangent, grads in the operand dtype
+    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    out, vjp = jax.vjp(lambda a, b: qwen2.dense(a, b, jnp.float32), xb, wb)
+    assert out.dtype == jnp.float32
+    dx, dw = vjp(g)
+    assert dx.dtype == dw.dtype == jnp.bfloat16
+    np.testing.assert_allclose(dw.astype(jnp.float32), ref[1], rtol=0.05, atol=0.05 * float(jnp.abs(ref[1]).max()))
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_hidden_states_times_lm_head_weight_are_the_logits(tie):
+    config = _tiny(tie_word_embeddings=tie)
+    params = qwen2.init_params(config, jax.random.key(5))
+    tokens, mask = _left_padded(np.random.default_rng(0), 3, 6, config.vocab_size)
+    h = qwen2.hidden_states(config, params, jnp.asarray(tokens), jnp.asarray(mask))
+    w, axis = qwen2.lm_head_weight(config, params)
+    got = jnp.einsum("bte,ve->btv" if axis == 0 else "bte,ev->btv", h, w)
+    np.testing.assert_allclose(got, qwen2.logits(config, params, jnp.asarray(tokens), jnp.asarray(mask)),
+                               rtol=1e-5, atol=1e-5)

@@ -126,3 +126,21 @@ def test_synthetic_examples_use_the_chat_prompt_and_bare_code():
         code = tok.decode(ex.completion[:-1])
         assert "```" not in code and "print(" in code
         assert list(ex.prompt) == warmup.chat_prompt_ids(tok, problem.prompt)
+
+
+def test_completion_width_gathers_exactly_the_counted_positions():
+    cfg = _config()
+    params = qwen2.init_params(cfg, jax.random.key(2))
+    examples = _examples(np.random.default_rng(1), 6)
+    tokens, attn, mask = warmup.pad_batch(examples, 20, PAD)
+    width = max(len(ex.completion) for ex in examples)
+    full = jax.value_and_grad(warmup.completion_nll, argnums=1)(cfg, params, tokens, attn, mask)
+    for w in (width, width + 3, 100):
+        got = jax.value_and_grad(warmup.completion_nll, argnums=1)(cfg, params, tokens, attn, mask, w)
+        np.testing.assert_allclose(got[0], full[0], rtol=1e-6)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), got[1], full[1])
+    # a width below the longest completion drops targets: the loss changes (the check can fail)
+    short = warmup.completion_nll(cfg, params, tokens, attn, mask, width - 1)
+    assert abs(float(short) - float(full[0])) > 1e-6
+    with pytest.raises(ValueError, match="completion_width=0"):
+        warmup.completion_nll(cfg, params, tokens, attn, mask, 0)
