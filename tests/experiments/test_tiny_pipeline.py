@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from experiments.configs import tiny as tiny_config
-from tests.pipelines.mbpp_fixtures import check_mbpp_run, mbpp_route  # noqa: F401
+from tests.pipelines.fixtures import check_mbpp_run, mbpp_route  # noqa: F401
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -9,30 +9,20 @@ import pytest
 
 from experiments.configs import base as base_config
 from experiments.configs import tiny as tiny_config
-from maxk_jax.eval.result import EvalResult, ProblemResult
 from maxk_jax.pipelines import aggregate, results_markdown, run_comparison, training_stats
+from tests.pipelines.fixtures import eval_result
 
 METHODS = base_config.METHODS
 
-
-def _result(rewards: np.ndarray) -> EvalResult:
-    """EvalResult of a reward matrix [P, n] (reward 1 = all tests passed, of 4 tests)."""
-    probs = []
-    for i, row in enumerate(rewards):
-        passed = tuple(int(round(r * 4)) for r in row)
-        probs.append(ProblemResult(index=i, problem_id=f"p{i}", rewards=tuple(float(r) for r in row),
-                                   passed=passed, total=(4,) * len(row), statuses=("ok",) * len(row),
-                                   verdict_counts={}))
-    return EvalResult(tuple(probs), rewards.shape[1], (1, 2, 4))
 
 
 def test_aggregate_means_stds_and_paired_tests():
     rng = np.random.default_rng(0)
     base = rng.choice([0.0, 0.25, 0.5, 1.0], size=(60, 4))  # > 50 pairs: scipy uses the fast normal approximation
     better = np.minimum(base + 0.25, 1.0)
-    runs = {"grpo": {0: _result(base), 1: _result(base)},
-            "maxk_offpolicy": {0: _result(better), 1: _result(np.minimum(better + 0.25, 1.0))}}
-    agg = aggregate(_result(base), runs, large_k=4)
+    runs = {"grpo": {0: eval_result(base), 1: eval_result(base)},
+            "maxk_offpolicy": {0: eval_result(better), 1: eval_result(np.minimum(better + 0.25, 1.0))}}
+    agg = aggregate(eval_result(base), runs, large_k=4)
     assert agg["ks"] == [1, 2, 4] and agg["num_problems"] == 60
     m = agg["methods"]
     # max@1 = mean reward; two seeds -> mean and population std over the two dataset means
@@ -45,7 +35,7 @@ def test_aggregate_means_stds_and_paired_tests():
     assert set(tests) == {"base", "grpo"} and set(tests["grpo"]["max_at_k"]) == {1, 4}
     assert tests["grpo"]["max_at_k"][1]["mean_diff"] > 0 and tests["grpo"]["max_at_k"][1]["p_value"] < 0.01
     with pytest.raises(ValueError, match="large_k=3"):
-        aggregate(_result(base), runs, large_k=3)
+        aggregate(eval_result(base), runs, large_k=3)
     md = results_markdown(agg, ["- setup line"])
     assert "| maxk_offpolicy (paper's method) |" in md and "max@4" in md and "- setup line" in md
 
@@ -66,9 +56,9 @@ def test_training_stats_and_their_aggregate(tmp_path):
     # aggregate + table with the stats
     rng = np.random.default_rng(1)
     base = rng.choice([0.0, 0.5, 1.0], size=(8, 4))
-    runs = {m: {0: _result(base), 1: _result(np.minimum(base + 0.5, 1.0))} for m in ("grpo", "maxk_offpolicy")}
+    runs = {m: {0: eval_result(base), 1: eval_result(np.minimum(base + 0.5, 1.0))} for m in ("grpo", "maxk_offpolicy")}
     stats = {m: {0: st, 1: {**st, "kl_ref_final": 0.08}} for m in runs}
-    agg = aggregate(_result(base), runs, large_k=4, train_stats=stats)
+    agg = aggregate(eval_result(base), runs, large_k=4, train_stats=stats)
     assert agg["methods"]["grpo"]["train"]["kl_ref_final"]["mean"] == pytest.approx(0.06)
     assert "train" not in agg["methods"]["base"]
     assert "## Update size" in results_markdown(agg, [])

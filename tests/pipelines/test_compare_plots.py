@@ -2,24 +2,18 @@
 statistics (a base-only row and a std-less base line included)."""
 import numpy as np
 
-from maxk_jax.eval.result import EvalResult, ProblemResult
 from maxk_jax.pipelines import aggregate, plot_frontier, plot_max_at_k
+from tests.pipelines.fixtures import eval_result
 
-
-def _result(rewards: np.ndarray) -> EvalResult:
-    probs = [ProblemResult(index=i, problem_id=f"p{i}", rewards=tuple(float(r) for r in row),
-                           passed=tuple(int(round(r * 2)) for r in row), total=(2,) * len(row),
-                           statuses=("ok",) * len(row), verdict_counts={}) for i, row in enumerate(rewards)]
-    return EvalResult(tuple(probs), rewards.shape[1], (1, 2, 4))
 
 
 def _aggregate():
     rng = np.random.default_rng(1)
     base = rng.choice([0.0, 0.5, 1.0], size=(8, 4))
-    runs = {m: {0: _result(base), 1: _result(np.minimum(base + 0.5, 1.0))} for m in ("grpo", "maxk_offpolicy")}
+    runs = {m: {0: eval_result(base), 1: eval_result(np.minimum(base + 0.5, 1.0))} for m in ("grpo", "maxk_offpolicy")}
     st = {"kl_ref_final": 0.04, "grad_norm_mean": 1.0, "clip_fraction_mean": 0.2, "delta_gt_1_fraction_mean": 0.1}
     stats = {m: {0: st, 1: {**st, "kl_ref_final": 0.08}} for m in runs}
-    return aggregate(_result(base), runs, large_k=4, train_stats=stats)
+    return aggregate(eval_result(base), runs, large_k=4, train_stats=stats)
 
 
 def test_frontier_plot(tmp_path):

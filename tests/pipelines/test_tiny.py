@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from experiments.configs import tiny as tiny_config
-from maxk_jax.eval import EvalResult, ProblemResult, compare_runs
+from maxk_jax.eval import compare_runs
 from maxk_jax.pipelines import apply_overrides, prepare_base, prepare_data, report_markdown, run_pipeline
-from tests.pipelines.mbpp_fixtures import TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, mbpp_route  # noqa: F401
+from tests.pipelines.fixtures import (TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, eval_result,  # noqa: F401
+                                     mbpp_route)
 
 
 def toy_config(runs_dir: str):
@@ -48,18 +49,11 @@ def test_toy_pipeline_writes_the_report(tmp_path):
         run_pipeline(cfg, progress=False)
 
 
-def _result(rewards: np.ndarray) -> EvalResult:
-    """EvalResult of a reward matrix [P, n] (reward 1 = all tests passed, of 4 tests)."""
-    probs = [ProblemResult(index=i, problem_id=f"p{i}", rewards=tuple(float(r) for r in row),
-                           passed=tuple(int(round(r * 4)) for r in row), total=(4,) * len(row),
-                           statuses=("ok",) * len(row), verdict_counts={}) for i, row in enumerate(rewards)]
-    return EvalResult(tuple(probs), rewards.shape[1], (1, 2, 4))
-
 
 def test_report_markdown_lists_setup_phases_and_tables():
     rng = np.random.default_rng(0)
     base = rng.choice([0.0, 0.5, 1.0], size=(3, 4))
-    comparison = compare_runs([_result(base), _result(np.minimum(base + 0.5, 1.0))], ["base", "trained (x)"])
+    comparison = compare_runs([eval_result(base), eval_result(np.minimum(base + 0.5, 1.0))], ["base", "trained (x)"])
     cfg = tiny_config.get_config()
     timings = {"data": {"wall_s": 1.0, "cpu_s": 0.5}, "rl": {"wall_s": 2.5, "cpu_s": 4.0}}
     md = report_markdown(cfg, comparison, timings, {"description": "tiny model X"}, {"reward/mean": 0.25},

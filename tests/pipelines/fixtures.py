@@ -1,12 +1,24 @@
-"""The real-checkpoint route of the laptop pipeline, shared by tests/pipelines/test_tiny.py (in
-process) and tests/experiments/test_tiny_pipeline.py (command line): a three-problem MBPP train /
-test split in the upstream schema, a tiny HF-format Qwen2 with a tokenizer trained on it, and the
-checks of a finished run."""
+"""Shared test inputs of the pipelines: hand-made evaluation results, and the real-checkpoint route
+of the laptop pipeline (used by tests/pipelines/test_tiny.py in process and by
+tests/experiments/test_tiny_pipeline.py from the command line): a three-problem MBPP train / test
+split in the upstream schema, a tiny HF-format Qwen2 with a tokenizer trained on it, and the checks
+of a finished run."""
 import json
 import os
 import pathlib
 
+import numpy as np
 import pytest
+
+from maxk_jax.eval.result import EvalResult, ProblemResult
+
+
+def eval_result(rewards: np.ndarray, tests: int = 4) -> EvalResult:
+    """EvalResult of a reward matrix [P, n] (reward 1 = all `tests` tests passed), k = 1, 2, 4."""
+    probs = [ProblemResult(index=i, problem_id=f"p{i}", rewards=tuple(float(r) for r in row),
+                           passed=tuple(int(round(r * tests)) for r in row), total=(tests,) * len(row),
+                           statuses=("ok",) * len(row), verdict_counts={}) for i, row in enumerate(rewards)]
+    return EvalResult(tuple(probs), rewards.shape[1], (1, 2, 4))
 
 
 def _mbpp_row(task_id, text, code, tests):
