@@ -1,0 +1,290 @@
+"""The method comparison (the max@k paper's Tables 2-3 at laptop scale): every method trained with
+the RL loop from the SAME warmed-up base checkpoint with identical settings, once per seed, and
+evaluated with the SAME sample keys as the base model; aggregated over seeds with paired Wilcoxon
+tests against the paper's method (`REFERENCE`).
+
+Outputs of `run_comparison` in ``<runs_dir>/<name>/``: ``results.md`` (the table), ``results.json``
+(every number, per seed and per k), ``max_at_k.png`` and ``frontier.png`` (`compare_plots`),
+``compare_config.json`` (the settings; a repeated call with the same settings resumes: finished
+(method, seed) runs are skipped), ``<method>/seed<s>/{rl,eval}`` and ``base/``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+from ml_collections import ConfigDict
+
+from maxk_jax.execution import Executor
+from maxk_jax.pipelines.base_model import prepare_base, prepare_data
+from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
+from maxk_jax.pipelines.config import rl_config, uses_judge_cache
+from maxk_jax.pipelines.evaluation import eval_problems, evaluate_model, load_trained, open_judge
+from maxk_jax.pipelines.methods import REFERENCE, MethodTable, apply_method, validate_methods
+from maxk_jax.pipelines.phases import PhaseTimer, write_json
+
+if TYPE_CHECKING:
+    from maxk_jax.eval.result import EvalResult
+
+# Per-run training statistics read from the RL run's metrics.jsonl (see ``training_stats``).
+TRAIN_STATS = ("kl_ref_final", "grad_norm_mean", "clip_fraction_mean", "delta_gt_1_fraction_mean")
+
+
+def training_stats(rl_dir: str) -> dict[str, float]:
+    """Update-size statistics of one RL run from ``<rl_dir>/metrics.jsonl``: KL to the reference
+    (initial) policy at the last step (``ppo/kl_ref``), mean grad norm before clipping, mean PPO clip
+    fraction and mean fraction of samples with |rho - 1| > 1 (sequence level), over steps."""
+    path = os.path.join(rl_dir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no metrics.jsonl in {rl_dir!r}")
+    with open(path, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    if not records:
+        raise ValueError(f"{path!r} is empty")
+
+    def series(key: str) -> np.ndarray:
+        return np.array([r[key] for r in records if r.get(key) is not None], dtype=np.float64)
+
+    def mean(key: str) -> float:
+        v = series(key)
+        return float(v.mean()) if v.size else float("nan")
+
+    kl = series("ppo/kl_ref")
+    return {"kl_ref_final": float(kl[-1]) if kl.size else float("nan"),
+            "grad_norm_mean": mean("ppo/grad_norm"), "clip_fraction_mean": mean("ppo/clip_fraction"),
+            "delta_gt_1_fraction_mean": mean("ppo/is_delta_gt_1_fraction")}
+
+
+# ----------------------------------------------------------------------------------------------
+# Aggregation
+# ----------------------------------------------------------------------------------------------
+def aggregate(base: EvalResult, runs: dict[str, dict[int, EvalResult]], large_k: int,
+              train_stats: dict[str, dict[int, dict[str, float]]] | None = None) -> dict[str, Any]:
+    """Table numbers from EvalResults: ``runs[method][seed]``, `base` (one result); all on the same
+    P problems in the same order with the same K k values. Per method and metric (pass@k, max@k):
+    dataset mean per seed, mean and std (ddof=0) over seeds for every k; Wilcoxon tests of
+    `REFERENCE` vs every other row on seed-averaged per-problem values [P] at k = 1 and
+    `large_k`. train_stats[method][seed]: `training_stats` records, aggregated the same way.
+    Returns ``{"ks", "large_k", "num_problems", "methods": {name: {metric: {"mean", "std",
+    "per_seed"}, "train"?}}, "wilcoxon_vs_<REFERENCE>": {name: {metric: {k: test}}}}``."""
+    from maxk_jax.eval.compare import wilcoxon_test
+
+    ks = list(base.ks)
+    if large_k not in ks:
+        raise ValueError(f"large_k={large_k} is not one of the evaluated k values {ks}")
+    ids = base.ids
+
+    def per_problem(result: EvalResult) -> dict[str, np.ndarray]:
+        if result.ids != ids:
+            raise ValueError("evaluation results cover different problems or orders")
+        return result.per_problem()
+
+    rows: dict[str, Any] = {"base": {"seeds": {}, "per_problem": per_problem(base)}}
+    for method, by_seed in runs.items():
+        pp = {s: per_problem(r) for s, r in by_seed.items()}
+        rows[method] = {"seeds": pp,
+                        "per_problem": {m: np.mean([p[m] for p in pp.values()], axis=0) for m in ("pass_at_k", "max_at_k")}}
+    out: dict[str, Any] = {"ks": ks, "large_k": large_k, "num_problems": len(ids), "methods": {}}
+    for name, row in rows.items():
+        entry: dict[str, Any] = {}
+        for metric in ("pass_at_k", "max_at_k"):
+            per_seed = ({s: np.nanmean(p[metric], axis=0) for s, p in row["seeds"].items()} if row["seeds"]
+                        else {"base": np.nanmean(row["per_problem"][metric], axis=0)})
+            values = np.array(list(per_seed.values()))  # [S, K]
+            entry[metric] = {"mean": dict(zip(ks, values.mean(0).tolist())),
+                             "std": dict(zip(ks, values.std(0).tolist())) if row["seeds"] else None,
+                             "per_seed": {str(s): dict(zip(ks, v.tolist())) for s, v in per_seed.items()}}
+        if train_stats and name in train_stats:
+            by_seed = train_stats[name]
+            entry["train"] = {key: {"mean": float(np.mean([st[key] for st in by_seed.values()])),
+                                    "std": float(np.std([st[key] for st in by_seed.values()])),
+                                    "per_seed": {str(sd): st[key] for sd, st in by_seed.items()}}
+                              for key in TRAIN_STATS}
+        out["methods"][name] = entry
+    ref = rows[REFERENCE]["per_problem"]
+    out["wilcoxon_vs_" + REFERENCE] = {
+        name: {metric: {k: wilcoxon_test(row["per_problem"][metric][:, j], ref[metric][:, j])
+                        for j, k in enumerate(ks) if k in (1, large_k)} for metric in ("pass_at_k", "max_at_k")}
+        for name, row in rows.items() if name != REFERENCE}
+    return out
+
+
+def _cell(entry: dict[str, Any], metric: str, k: int) -> str:
+    mean = entry[metric]["mean"][k]
+    std = entry[metric]["std"]
+    return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std[k]:.3f}"
+
+
+def _pval(test: dict[str, Any]) -> str:
+    p = test["p_value"]
+    if p is None:
+        return "n/a"
+    sign = "" if test["mean_diff"] is None else ("+" if test["mean_diff"] > 0 else "-" if test["mean_diff"] < 0 else "=")
+    return (f"{p:.2g}" if p < 0.001 else f"{p:.3f}") + f" ({sign})"
+
+
+def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
+    """results.md of an `aggregate` output: the Table 2/3 analogue (after the `setup` bullet
+    lines), the update-size table when training statistics are present, the p-value legend, then
+    max@k and pass@k for every power-of-two k."""
+    ks, big = agg["ks"], agg["large_k"]
+    methods = agg["methods"]
+    best = {(m, k): max(methods[n][m]["mean"][k] for n in methods) for m in ("max_at_k", "pass_at_k") for k in (1, big)}
+    tests = agg["wilcoxon_vs_" + REFERENCE]
+    head = ["Method", "max@1", f"max@{big}", "pass@1", f"pass@{big}", "p max@1", f"p max@{big}"]
+    lines = ["# Method comparison (max@k paper, Tables 2-3, at laptop scale)", "", *setup, "",
+             "| " + " | ".join(head) + " |", "|:--" + "|--:" * (len(head) - 1) + "|"]
+    for name, entry in methods.items():
+        cells = []
+        for metric, k in (("max_at_k", 1), ("max_at_k", big), ("pass_at_k", 1), ("pass_at_k", big)):
+            c = _cell(entry, metric, k)
+            cells.append(f"**{c}**" if np.isclose(entry[metric]["mean"][k], best[(metric, k)]) else c)
+        if name == REFERENCE:
+            cells += ["—", "—"]
+        else:
+            cells += [_pval(tests[name]["max_at_k"][1]), _pval(tests[name]["max_at_k"][big])]
+        label = f"{name} (paper's method)" if name == REFERENCE else name
+        lines.append("| " + " | ".join([label] + cells) + " |")
+    if any("train" in e for e in methods.values()):
+        lines += ["", "## Update size (the same learning rate for every method)", "",
+                  "| Method | KL to reference (last step) | grad norm (mean) | PPO clip fraction | "
+                  "share of samples with abs(delta) > 1 |", "|:--|--:|--:|--:|--:|"]
+        for name, entry in methods.items():
+            if "train" in entry:
+                t = entry["train"]
+                lines.append(f"| {name} | " + " | ".join(f"{t[key]['mean']:.4f} ± {t[key]['std']:.4f}"
+                                                         for key in TRAIN_STATS) + " |")
+    shown = [k for k in ks if k & (k - 1) == 0 or k == ks[-1]]       # powers of two (+ n)
+    lines += ["", f"Values: dataset mean over {agg['num_problems']} test problems; mean ± std over RL seeds (the base "
+              "model is evaluated once). Bold: best mean in the column. p: two-sided Wilcoxon signed-rank test of "
+              f"{REFERENCE} vs the row, paired over problems (per-problem unbiased max@k averaged over seeds); the sign "
+              f"says whether {REFERENCE} is higher (+) or lower (-) on average.", "",
+              "## max@k for every k (mean over seeds)", "",
+              "| Method | " + " | ".join(f"max@{k}" for k in shown) + " |", "|:--" + "|--:" * len(shown) + "|"]
+    for name, entry in methods.items():
+        lines.append(f"| {name} | " + " | ".join(f"{entry['max_at_k']['mean'][k]:.3f}" for k in shown) + " |")
+    lines += ["", "## pass@k (mean over seeds)", "",
+              "| Method | " + " | ".join(f"pass@{k}" for k in shown) + " |", "|:--" + "|--:" * len(shown) + "|"]
+    for name, entry in methods.items():
+        lines.append(f"| {name} | " + " | ".join(f"{entry['pass_at_k']['mean'][k]:.3f}" for k in shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Driver
+# ----------------------------------------------------------------------------------------------
+def comparison_settings(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int],
+                        large_k: int) -> dict[str, Any]:
+    """The settings a comparison directory is resumed under (``compare_config.json``): the shared
+    config without the run name, runs directory and the per-method RL fields, plus methods, seeds
+    and large_k."""
+    shared = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "runs_dir")}
+    for key in ("estimator", "loss_kind", "estimator_options_json"):   # set per method
+        shared["rl"]["algo"].pop(key, None)
+    return {"config": shared, "methods": list(methods), "seeds": list(seeds), "large_k": large_k}
+
+
+def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int], *, name: str,
+                   method_table: MethodTable, large_k: Optional[int] = None, overwrite: bool = False,
+                   progress: bool = True, executor: Optional[Executor] = None) -> dict[str, Any]:
+    """Train and evaluate every (method, seed) of the pipeline config `cfg` (synthetic data, tiny
+    base model); write results.md / results.json / max_at_k.png / frontier.png under
+    ``<cfg.runs_dir>/<name>`` (module docstring). method_table: the named methods
+    (`maxk_jax.pipelines.methods`); large_k: the table's large-k column (default ``eval.n``);
+    executor: the judge (default ``make_executor(cfg.executor)``, closed at the end). ValueError
+    for bad settings or a directory holding a comparison with other settings (unless
+    `overwrite`). Returns ``{"out_dir", "results", "plot", "aggregate", "timings"}``."""
+    from maxk_jax.eval.report import read_report
+    from maxk_jax.models import convert
+    from maxk_jax.models.tokenizer import load_tokenizer
+    from maxk_jax.rl import loop as rl_loop
+
+    cfg = ConfigDict(cfg.to_dict())
+    cfg.name = name
+    large_k = cfg.eval.n if large_k is None else large_k
+    if cfg.data.dataset != "synthetic" or cfg.model.path:
+        raise ValueError("compare_methods runs on the synthetic task from the tiny warmed-up model; "
+                         "unset data.dataset / model.path")
+    methods = validate_methods(methods, cfg, method_table)
+    if not isinstance(large_k, int) or not 1 <= large_k <= cfg.eval.n:
+        raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.n={cfg.eval.n}]")
+    out_dir = os.path.abspath(os.path.join(cfg.runs_dir, name))
+    settings = comparison_settings(cfg, methods, seeds, large_k)
+    settings_path = os.path.join(out_dir, "compare_config.json")
+    if os.path.isdir(out_dir) and overwrite:
+        shutil.rmtree(out_dir)
+    if os.path.isfile(settings_path):
+        with open(settings_path, encoding="utf-8") as f:
+            old = json.load(f)
+        if old["config"] != settings["config"]:
+            raise ValueError(f"{out_dir!r} holds a comparison with different settings; pass --overwrite or "
+                             "another --name")
+    os.makedirs(out_dir, exist_ok=True)
+    write_json(settings_path, settings)
+    cache_root = os.path.abspath(os.path.join(cfg.runs_dir, "_cache"))
+    timer = PhaseTimer()
+    judge, own_judge = open_judge(cfg, executor)
+    try:
+        train_path, train, test = timer.run("data", lambda: prepare_data(cfg, cache_root))
+        model_path, base_record, _ = timer.run("base model", lambda: prepare_base(cfg, train, cache_root,
+                                                                                  progress=progress))
+        tokenizer = load_tokenizer(model_path)
+        model_config, base_params = convert.load_hf(model_path)
+        problems = eval_problems(cfg, test, tokenizer)
+
+        def evaluated(directory: str, params_fn: Callable[[], Any], label: str) -> EvalResult:
+            if os.path.isfile(os.path.join(directory, "summary.json")):
+                return read_report(directory)[0]
+            return timer.run(f"eval {label}", lambda: evaluate_model(
+                cfg, model_config, params_fn(), tokenizer, problems, judge, directory, label, progress=progress,
+                ks=tuple(range(1, cfg.eval.n + 1))))
+
+        base = evaluated(os.path.join(out_dir, "base"), lambda: base_params, "base")
+        runs: dict[str, dict[int, EvalResult]] = {m: {} for m in methods}
+        stats: dict[str, dict[int, dict[str, float]]] = {m: {} for m in methods}
+        for seed in seeds:
+            for method in methods:
+                run_dir = os.path.join(out_dir, method, f"seed{seed}")
+                eval_dir, rl_dir = os.path.join(run_dir, "eval"), os.path.join(run_dir, "rl")
+                if not os.path.isfile(os.path.join(eval_dir, "summary.json")):
+                    final = os.path.join(rl_dir, "checkpoints", str(cfg.rl.max_steps))
+                    if not os.path.isdir(final):
+                        shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run restarts cleanly
+                        run_cfg = ConfigDict(cfg.to_dict())
+                        run_cfg.seed = seed
+                        apply_method(run_cfg, method, method_table)
+                        rcfg = rl_config(run_cfg, model_path, rl_dir, train_path)
+                        rcfg.name = f"{method}/seed{seed}"
+                        timer.run(f"rl {method} seed {seed}", lambda: rl_loop.run(rcfg, executor=judge,
+                                                                                  progress=progress))
+                runs[method][seed] = evaluated(eval_dir, lambda: load_trained(rl_dir, model_path).params,
+                                               f"{method} seed {seed}")
+                stats[method][seed] = training_stats(rl_dir)
+        agg = aggregate(base, runs, large_k, stats)
+    finally:
+        if own_judge:
+            judge.close()
+    rl = cfg.rl
+    setup = [f"- base: {base_record['param_count']:,}-parameter tiny Qwen2 after {cfg.warmup.steps} warm-up steps "
+             f"(`{model_path}`)",
+             f"- every method: {rl.max_steps} RL steps x {rl.rollout.prompts} problems x n = {rl.rollout.n}, k = "
+             f"{rl.algo.k}, lr {rl.optim.learning_rate}, {rl.algo.ppo_iterations} PPO iterations, KL beta "
+             f"{rl.algo.kl_beta}, seeds {list(seeds)}",
+             f"- evaluation: {len(problems)} synthetic test problems, n = {cfg.eval.n} samples per problem (same sample "
+             f"keys for every model), temperature {cfg.eval.temperature}",
+             (f"- judge: {judge.stats['judged']} distinct programs judged for {judge.stats['submissions']} "
+              "submissions in this invocation" if uses_judge_cache(cfg) else
+              "- judge: every submission judged (executor_cache off)")]
+    results = os.path.join(out_dir, "results.md")
+    with open(results, "w", encoding="utf-8") as f:
+        f.write(results_markdown(agg, setup))
+    write_json(os.path.join(out_dir, "results.json"), {**agg, "timings": timer.phases})
+    plot = os.path.join(out_dir, "max_at_k.png")
+    plot_max_at_k(agg, plot, f"max@k after {rl.max_steps} RL steps (mean over {len(seeds)} seeds)")
+    plot_frontier(agg, os.path.join(out_dir, "frontier.png"))
+    return {"out_dir": out_dir, "results": results, "plot": plot, "aggregate": agg, "timings": timer.phases}
+

@@ -1,0 +1,76 @@
+"""Figures of a method comparison (`maxk_jax.pipelines.compare.aggregate` output): max@k against k
+per method, and max@k against the KL distance each method moved from the reference policy."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from maxk_jax.pipelines.methods import REFERENCE
+
+
+def plot_max_at_k(agg: dict[str, Any], path: str, title: str) -> None:
+    """One figure: max@k vs k per method (left) and its difference to the base model (right), log2 k
+    axis; mean over seeds with a +-1 std band; base dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ks = agg["ks"]
+    base = np.array([agg["methods"]["base"]["max_at_k"]["mean"][k] for k in ks])
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    for name, entry in agg["methods"].items():
+        mean = np.array([entry["max_at_k"]["mean"][k] for k in ks])
+        std = (np.array([entry["max_at_k"]["std"][k] for k in ks]) if entry["max_at_k"]["std"] is not None
+               else None)
+        style = dict(ls="--", color="black") if name == "base" else dict(marker="o" if len(ks) <= 16 else None,
+                                                                          ms=3, lw=2.2 if name == REFERENCE else 1.2)
+        for ax, y in zip(axes, (mean, mean - base)):
+            line, = ax.plot(ks, y, label=name, **style)
+            if std is not None:
+                ax.fill_between(ks, y - std, y + std, color=line.get_color(), alpha=0.12, linewidth=0)
+    ticks = [k for k in ks if k & (k - 1) == 0]
+    for ax, label in zip(axes, ("max@k", "max@k - base max@k")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(k) for k in ticks])
+        ax.set(xlabel="k", ylabel=label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_frontier(agg: dict[str, Any], path: str) -> None:
+    """max@1 and max@K against KL to the reference policy at the last RL step, one point per
+    (method, seed) and a larger marker at each method's mean: the frontier view that separates a
+    better estimator from a larger step (the base model sits at KL = 0)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    big = agg["large_k"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    base = agg["methods"]["base"]
+    for ax, k in zip(axes, (1, big)):
+        ax.scatter([0.0], [base["max_at_k"]["mean"][k]], marker="*", s=140, color="black", label="base")
+        for name, entry in agg["methods"].items():
+            if "train" not in entry:
+                continue
+            kl = entry["train"]["kl_ref_final"]["per_seed"]
+            ys = entry["max_at_k"]["per_seed"]
+            seeds = [sd for sd in kl if sd in ys]
+            pts = ax.scatter([kl[sd] for sd in seeds], [ys[sd][k] for sd in seeds], s=18, alpha=0.6)
+            ax.scatter([np.mean([kl[sd] for sd in seeds])], [entry["max_at_k"]["mean"][k]], s=90,
+                       color=pts.get_facecolor()[0], edgecolor="black", label=name)
+        ax.set(xlabel="KL(policy || reference) at the last RL step", ylabel=f"max@{k}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("max@k against the distance moved (one small point per seed, large = mean)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+

@@ -1,0 +1,81 @@
+"""Named methods of the comparison: which estimator, loss form, estimator options and RL config
+overrides a method name stands for.
+
+A method is an entry of a method table -- ``{name: (estimator, loss form, estimator options)}``,
+the run config's ``METHODS`` (experiments/configs/base.py), passed in by the caller -- or one of
+the comparison-only `VARIANTS` below, or any other registry estimator name (its defaults, loss
+form "auto").
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ml_collections import ConfigDict
+
+from maxk_jax.pipelines.config import validate_config
+
+# (estimator, loss form "auto" | "clipped" | "is_weighted", estimator options)
+MethodEntry = tuple[str, str, Mapping[str, Any]]
+MethodTable = Mapping[str, MethodEntry]
+# (estimator, loss form, estimator options, rl config overrides as dotted paths under cfg.rl)
+MethodSpec = tuple[str, str, dict[str, Any], dict[str, Any]]
+
+TABLE2_METHODS = ("grpo", "bon_max_second", "bon_max_mean", "bon_loo1", "bon_mean", "maxk_offpolicy",
+                  "maxk_offpolicy_is", "maxk_offpolicy_exact")
+REFERENCE = "maxk_offpolicy"   # the paper's method: the reference of the Wilcoxon tests
+# Variants: name -> (method table entry, extra estimator options, rl config overrides). They put
+# points on the max@k-vs-KL frontier: the same estimators with smaller steps.
+VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    # the former default of maxk_offpolicy: unbiased LOO-1 baseline, §3.3 IS-weighted loss
+    "maxk_offpolicy_loo1_is": ("maxk_offpolicy_is", {"baseline": "loo1"}, {}),
+    # GRPO with half the learning rate (a smaller step at the same number of RL steps)
+    "grpo_lowlr": ("grpo", {}, {"optim.learning_rate": 1.5e-4}),
+}
+
+
+def method_spec(method: str, method_table: MethodTable) -> MethodSpec:
+    """(estimator, loss form, estimator options, rl config overrides) of a comparison method name
+    (ValueError when a variant's parent is missing from `method_table`)."""
+    if method in VARIANTS:
+        parent, extra, overrides = VARIANTS[method]
+        if parent not in method_table:
+            raise ValueError(f"method {method!r} is a variant of {parent!r}, which the method table lacks "
+                             f"(it has: {', '.join(sorted(method_table))})")
+        estimator, loss_kind, options = method_table[parent]
+        return estimator, loss_kind, {**options, **extra}, dict(overrides)
+    estimator, loss_kind, options = method_table.get(method, (method, "auto", {}))
+    return estimator, loss_kind, dict(options), {}
+
+
+def apply_method(cfg: ConfigDict, method: str, method_table: MethodTable) -> None:
+    """Set the RL estimator, loss form, estimator options and the method's rl overrides (dotted
+    paths under ``cfg.rl``) of `cfg` (the pipeline config) in place."""
+    estimator, loss_kind, options, overrides = method_spec(method, method_table)
+    cfg.rl.algo.estimator = estimator
+    cfg.rl.algo.loss_kind = loss_kind
+    cfg.rl.algo.estimator_options_json = json.dumps(options, sort_keys=True)
+    for path, value in overrides.items():
+        *parents, leaf = path.split(".")
+        node = cfg.rl
+        for part in parents:
+            node = node[part]
+        if leaf not in node:
+            raise ValueError(f"method {method!r} overrides rl.{path}, which the config does not have")
+        node[leaf] = value
+
+
+def validate_methods(methods: Sequence[str], cfg: ConfigDict, method_table: MethodTable) -> list[str]:
+    """Known, distinct method names including `REFERENCE`; each validated with the pipeline config
+    (`validate_config`). ValueError naming the bad list or method."""
+    methods = list(methods)
+    if len(set(methods)) != len(methods) or len(methods) < 2:
+        raise ValueError(f"--methods must list at least two distinct estimators, got {methods}")
+    if REFERENCE not in methods:
+        raise ValueError(f"--methods must include {REFERENCE!r} (the reference of the Wilcoxon tests), got {methods}")
+    for m in methods:
+        c = ConfigDict(cfg.to_dict())
+        apply_method(c, m, method_table)
+        validate_config(c)
+    return methods

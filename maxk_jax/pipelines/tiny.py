@@ -1,0 +1,144 @@
+"""The laptop pipeline (the main job): tiny Qwen2 -> warm-up -> RL -> paired evaluation -> report.
+
+Phases (each timed, wall and CPU seconds reported):
+  1. data      the synthetic family's train / test split (`base_model.prepare_data`), or a real
+               dataset (``data.dataset``, needs ``model.path``).
+  2. base      tokenizer + tiny Qwen2 + supervised warm-up (`base_model.prepare_base`), cached under
+               ``<runs_dir>/_cache/base-<hash>``; skipped when ``model.path`` names a HF checkpoint.
+  3. rl        the RL loop (`maxk_jax.rl.loop.run`) with the chosen estimator, writing ``<run>/rl``.
+  4. eval      base and trained model on the test problems, ``eval.n`` samples each with the SAME
+               sample keys (paired), judged by the run's judge (`evaluation.open_judge`).
+  5. report    ``<run>/report.md`` (phase timings, pass@k and max@k, base vs trained, paired
+               Wilcoxon p-values), ``<run>/curves.png``, ``<run>/timings.json``; per-model details
+               in ``<run>/base`` and ``<run>/trained`` (`maxk_jax.eval.report`).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Optional
+
+import jax
+from ml_collections import ConfigDict
+
+from maxk_jax.execution import Executor
+from maxk_jax.pipelines.base_model import prepare_base, prepare_data
+from maxk_jax.pipelines.config import rl_config, uses_judge_cache, validate_config
+from maxk_jax.pipelines.evaluation import eval_problems, evaluate_model, load_trained, open_judge
+from maxk_jax.pipelines.phases import PhaseTimer, lead_first, write_json
+
+
+def report_markdown(cfg: ConfigDict, comparison: dict[str, Any], timings: dict[str, dict[str, float]],
+                    base: dict[str, Any], rl_record: dict[str, Any], load: dict[str, Any]) -> str:
+    """report.md: setup, per-phase timings, base model facts, then the comparison tables
+    (`comparison`: `maxk_jax.eval.compare.compare_runs` of base and trained; `load`: load
+    averages ``{"start", "end"}``)."""
+    from maxk_jax.eval.compare import comparison_markdown
+
+    a = cfg.rl.algo
+    lines = [f"# Tiny pipeline run `{cfg.name}`", "",
+             f"- model: {base.get('description')}",
+             f"- RL: estimator `{a.estimator}` (k = {a.k}), {cfg.rl.max_steps} steps x {cfg.rl.rollout.prompts} "
+             f"problems x n = {cfg.rl.rollout.n}, lr {cfg.rl.optim.learning_rate}, {a.ppo_iterations} PPO "
+             f"iterations, KL beta {a.kl_beta}; last step reward mean {rl_record.get('reward/mean', float('nan')):.3f}",
+             f"- evaluation: {comparison['num_problems']} test problems, n = {cfg.eval.n} samples each, temperature "
+             f"{cfg.eval.temperature}, identical sample keys for both models (seed {cfg.eval.seed})",
+             f"- machine: {os.cpu_count()} CPUs, load average {load['start']} at start, {load['end']} at end",
+             f"- judge: {cfg.executor}, " + ("each distinct (program, tests) judged once" if
+                                                 uses_judge_cache(cfg) else "every submission judged"),
+             "", "| phase | wall s | CPU s |", "|:--|--:|--:|"]
+    for name, t in timings.items():
+        lines.append(f"| {name} | {t['wall_s']:.1f} | {t['cpu_s']:.1f} |")
+    total_w = sum(t["wall_s"] for t in timings.values())
+    lines += [f"| total | {total_w:.1f} | {sum(t['cpu_s'] for t in timings.values()):.1f} |", "",
+              "CPU s = this process's CPU time (sandboxed test programs run in other processes).", ""]
+    body = comparison_markdown(comparison).replace("# Comparison:", "## Base vs trained:", 1)
+    return "\n".join(lines) + "\n" + body
+
+
+def _describe_tiny_base(cfg: ConfigDict, record: dict[str, Any], model_path: str, cached: bool) -> str:
+    return (f"tiny Qwen2, {record['param_count']:,} parameters, vocab {record['vocab_size']}, warm-up "
+            f"{cfg.warmup.steps} steps (NLL {record['loss_first']:.2f} -> {record['loss_last50']:.3f}); "
+            f"{'reused cached' if cached else 'built'} `{model_path}`")
+
+
+def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = True,
+                 executor: Optional[Executor] = None) -> dict[str, Any]:
+    """Run every phase (module docstring) of the pipeline config `cfg` and return ``{"run_dir",
+    "report", "curves", "timings", "comparison"}`` (report / curves None on processes other than
+    0). ValueError for bad settings before anything is built; an existing run directory is
+    refused unless `overwrite`. executor: the judge (default ``make_executor(cfg.executor)``,
+    closed at the end; a given one is left open)."""
+    from maxk_jax import sharding
+    from maxk_jax.eval.compare import compare_runs, write_comparison
+    from maxk_jax.models import convert
+    from maxk_jax.models.tokenizer import load_tokenizer
+    from maxk_jax.rl import loop as rl_loop
+
+    rl_loop.initialize_distributed(cfg)   # before anything asks jax for its devices
+    validate_config(cfg)
+    lead = jax.process_index() == 0       # multi-host: process 0 owns the run directory
+    multi = jax.process_count() > 1
+    run_dir = os.path.abspath(os.path.join(cfg.runs_dir, cfg.name))
+    if lead:
+        if os.path.exists(run_dir):
+            if not overwrite:
+                raise ValueError(f"run directory {run_dir!r} exists; pass --overwrite or another --name")
+            shutil.rmtree(run_dir)
+        os.makedirs(run_dir)
+        write_json(os.path.join(run_dir, "pipeline_config.json"), cfg.to_dict())
+    if multi:   # the other hosts start once the run directory is in place
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("tiny_pipeline run_dir")
+    cache_root = os.path.abspath(os.path.join(cfg.runs_dir, "_cache"))
+    load = {"start": [round(x, 2) for x in os.getloadavg()]}
+    timer = PhaseTimer()
+    judge, own_judge = open_judge(cfg, executor)
+    try:
+        train_path, test, base = None, None, {}
+        if cfg.data.dataset == "synthetic":
+            train_path, train, test = timer.run("data", lambda: lead_first(
+                lambda: prepare_data(cfg, cache_root), "tiny_pipeline data"))
+        if cfg.model.path:
+            model_path = os.path.abspath(cfg.model.path)
+            base = {"description": f"HF checkpoint {model_path}"}
+        else:
+            model_path, base, cached = timer.run("base (tokenizer + model + warm-up)", lambda: lead_first(
+                lambda: prepare_base(cfg, train, cache_root, progress=progress), "tiny_pipeline base"))
+            base = dict(base, description=_describe_tiny_base(cfg, base, model_path, cached))
+        rl_dir = os.path.join(run_dir, "rl")
+        rcfg = rl_config(cfg, model_path, rl_dir, train_path)
+        rl_record = timer.run("rl", lambda: rl_loop.run(rcfg, executor=judge, progress=progress))
+        tokenizer = load_tokenizer(model_path)
+        # One process: a single device, as always. Multi-host: params on the RL mesh, problems
+        # split across hosts (evaluate_model).
+        mesh = (sharding.make_mesh(rcfg.mesh.data, rcfg.mesh.fsdp, rcfg.mesh.tensor) if multi else None)
+        model_config, base_params = convert.load_hf(model_path, mesh=mesh)
+        problems = eval_problems(cfg, test, tokenizer)
+        base_result = timer.run("eval base", lambda: evaluate_model(
+            cfg, model_config, base_params, tokenizer, problems, judge, os.path.join(run_dir, "base"), "base",
+            progress=progress, mesh=mesh))
+        trained = load_trained(rl_dir, model_path, mesh)
+        trained_result = timer.run("eval trained", lambda: evaluate_model(
+            cfg, model_config, trained.params, tokenizer, problems, judge, os.path.join(run_dir, "trained"),
+            f"trained ({cfg.rl.algo.estimator})", progress=progress, mesh=mesh))
+        comparison = compare_runs([base_result, trained_result], ["base", f"trained ({cfg.rl.algo.estimator})"])
+        if lead:
+            paths = write_comparison(comparison, run_dir, title=f"{cfg.name}: base vs {cfg.rl.algo.estimator}")
+    finally:
+        if own_judge:
+            judge.close()
+    if not lead:
+        return {"run_dir": run_dir, "report": None, "curves": None, "timings": timer.phases,
+                "comparison": comparison}
+    load["end"] = [round(x, 2) for x in os.getloadavg()]
+    report = os.path.join(run_dir, "report.md")
+    with open(report, "w", encoding="utf-8") as f:
+        f.write(report_markdown(cfg, comparison, timer.phases, base, rl_record, load))
+    curves = os.path.join(run_dir, "curves.png")
+    shutil.copyfile(paths["curves"], curves)
+    stats = getattr(judge, "stats", None)
+    write_json(os.path.join(run_dir, "timings.json"), {"phases": timer.phases, "load": load, "judge": stats})
+    return {"run_dir": run_dir, "report": report, "curves": curves, "timings": timer.phases,
+            "comparison": comparison}

@@ -1,0 +1,100 @@
+"""maxk_jax.pipelines.compare: aggregation over seeds and Wilcoxon pairing on hand-made results,
+training statistics from metrics.jsonl, the results table, settings checks, and (slow) a toy-size
+comparison producing the table and the plots, resumed when repeated."""
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from experiments.configs import base as base_config
+from experiments.configs import tiny as tiny_config
+from maxk_jax.pipelines import aggregate, results_markdown, run_comparison, training_stats
+from tests.pipelines.fixtures import eval_result
+
+METHODS = base_config.METHODS
+
+
+
+def test_aggregate_means_stds_and_paired_tests():
+    rng = np.random.default_rng(0)
+    base = rng.choice([0.0, 0.25, 0.5, 1.0], size=(60, 4))  # > 50 pairs: scipy uses the fast normal approximation
+    better = np.minimum(base + 0.25, 1.0)
+    runs = {"grpo": {0: eval_result(base), 1: eval_result(base)},
+            "maxk_offpolicy": {0: eval_result(better), 1: eval_result(np.minimum(better + 0.25, 1.0))}}
+    agg = aggregate(eval_result(base), runs, large_k=4)
+    assert agg["ks"] == [1, 2, 4] and agg["num_problems"] == 60
+    m = agg["methods"]
+    # max@1 = mean reward; two seeds -> mean and population std over the two dataset means
+    s0, s1 = better.mean(), np.minimum(better + 0.25, 1.0).mean()
+    np.testing.assert_allclose(m["maxk_offpolicy"]["max_at_k"]["mean"][1], (s0 + s1) / 2, rtol=1e-6)
+    np.testing.assert_allclose(m["maxk_offpolicy"]["max_at_k"]["std"][1], abs(s0 - s1) / 2, rtol=1e-5)
+    assert m["grpo"]["max_at_k"]["std"][1] == 0.0 and m["base"]["max_at_k"]["std"] is None
+    np.testing.assert_allclose(m["base"]["pass_at_k"]["mean"][1], (base == 1.0).mean(), rtol=1e-6)
+    tests = agg["wilcoxon_vs_maxk_offpolicy"]
+    assert set(tests) == {"base", "grpo"} and set(tests["grpo"]["max_at_k"]) == {1, 4}
+    assert tests["grpo"]["max_at_k"][1]["mean_diff"] > 0 and tests["grpo"]["max_at_k"][1]["p_value"] < 0.01
+    with pytest.raises(ValueError, match="large_k=3"):
+        aggregate(eval_result(base), runs, large_k=3)
+    md = results_markdown(agg, ["- setup line"])
+    assert "| maxk_offpolicy (paper's method) |" in md and "max@4" in md and "- setup line" in md
+
+
+def test_training_stats_and_their_aggregate(tmp_path):
+    rl = tmp_path / "rl"
+    rl.mkdir()
+    recs = [{"step": 1, "ppo/kl_ref": 0.01, "ppo/grad_norm": 0.5, "ppo/clip_fraction": 0.1,
+             "ppo/is_delta_gt_1_fraction": 0.0},
+            {"step": 2, "ppo/kl_ref": 0.04, "ppo/grad_norm": 1.5, "ppo/clip_fraction": 0.3,
+             "ppo/is_delta_gt_1_fraction": 0.2}]
+    (rl / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    st = training_stats(str(rl))
+    assert st == pytest.approx({"kl_ref_final": 0.04, "grad_norm_mean": 1.0, "clip_fraction_mean": 0.2,
+                                "delta_gt_1_fraction_mean": 0.1})
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        training_stats(str(tmp_path))
+    # aggregate + table with the stats
+    rng = np.random.default_rng(1)
+    base = rng.choice([0.0, 0.5, 1.0], size=(8, 4))
+    runs = {m: {0: eval_result(base), 1: eval_result(np.minimum(base + 0.5, 1.0))} for m in ("grpo", "maxk_offpolicy")}
+    stats = {m: {0: st, 1: {**st, "kl_ref_final": 0.08}} for m in runs}
+    agg = aggregate(eval_result(base), runs, large_k=4, train_stats=stats)
+    assert agg["methods"]["grpo"]["train"]["kl_ref_final"]["mean"] == pytest.approx(0.06)
+    assert "train" not in agg["methods"]["base"]
+    assert "## Update size" in results_markdown(agg, [])
+
+
+def test_large_k_and_dataset_validation(tmp_path):
+    cfg = tiny_config.get_config()
+    cfg.runs_dir = str(tmp_path)
+    with pytest.raises(ValueError, match="large_k=65"):
+        run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0], name="x", large_k=65, method_table=METHODS)
+    cfg.data.dataset = "mbpp"
+    with pytest.raises(ValueError, match="synthetic task"):
+        run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0], name="x", method_table=METHODS)
+
+
+@pytest.mark.slow
+def test_toy_comparison_writes_table_and_plot(tmp_path):
+    cfg = tiny_config.get_toy_config()
+    cfg.runs_dir = str(tmp_path)
+    run = lambda: run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0, 1], name="cmp", large_k=4,  # noqa: E731
+                                 progress=False, method_table=METHODS)
+    out = run()
+    root = pathlib.Path(out["out_dir"])
+    for rel in ("results.md", "results.json", "max_at_k.png", "frontier.png", "compare_config.json",
+                "base/summary.json", "grpo/seed0/eval/summary.json", "maxk_offpolicy/seed1/rl/metrics.jsonl"):
+        assert (root / rel).is_file(), rel
+    table = (root / "results.md").read_text()
+    assert "| grpo |" in table and "± " in table and "p max@4" in table
+    assert "distinct programs judged for" in table    # synthetic task: the judge cache is on
+    data = json.loads((root / "results.json").read_text())
+    assert set(data["methods"]) == {"base", "grpo", "maxk_offpolicy"}
+    assert set(data["methods"]["grpo"]["max_at_k"]["per_seed"]) == {"0", "1"}
+    # repeating the command resumes: nothing is trained or evaluated again
+    again = run()
+    assert [k for k in again["timings"] if k.startswith(("rl", "eval"))] == []
+    assert again["aggregate"]["methods"] == out["aggregate"]["methods"]
+    cfg.rl.max_steps = 3
+    with pytest.raises(ValueError, match="different settings"):
+        run()

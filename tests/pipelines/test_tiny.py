@@ -1,0 +1,111 @@
+"""maxk_jax.pipelines.tiny: toy-size end-to-end runs of the laptop pipeline (synthetic route with
+the base-model cache; the --model_path + --dataset=mbpp route in process), and the report text."""
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from experiments.configs import tiny as tiny_config
+from maxk_jax.eval import compare_runs
+from maxk_jax.pipelines import apply_overrides, prepare_base, prepare_data, report_markdown, run_pipeline
+from tests.pipelines.fixtures import (TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, eval_result,  # noqa: F401
+                                     mbpp_route)
+
+
+def toy_config(runs_dir: str):
+    c = tiny_config.get_toy_config()
+    c.runs_dir = runs_dir
+    return c
+
+
+def test_toy_pipeline_writes_the_report(tmp_path):
+    cfg = toy_config(str(tmp_path))
+    out = run_pipeline(cfg, progress=False)
+    run = pathlib.Path(out["run_dir"])
+    for rel in ("report.md", "curves.png", "comparison.json", "comparison.md", "timings.json",
+                "pipeline_config.json", "base/table.md", "base/per_problem.jsonl", "trained/table.md",
+                "trained/summary.json", "rl/metrics.jsonl"):
+        assert (run / rel).is_file(), rel
+    report = (run / "report.md").read_text()
+    for text in ("maxk_offpolicy", "| rl |", "| eval base |", "| eval trained |", "pass@1", "max@4",
+                 "Wilcoxon"):
+        assert text in report, text
+    comparison = json.loads((run / "comparison.json").read_text())
+    assert comparison["ks"] == [1, 2, 4] and comparison["num_problems"] == 2
+    assert set(comparison["means"]) == {"base", "trained (maxk_offpolicy)"}
+    metrics = [json.loads(line) for line in (run / "rl/metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    timings = json.loads((run / "timings.json").read_text())
+    assert timings["judge"]["judged"] <= timings["judge"]["submissions"]
+    # the warmed-up base model is cached: the next run with the same settings reuses it
+    cache = [p for p in (tmp_path / "_cache").iterdir() if p.name.startswith("base-")]
+    assert len(cache) == 1 and (cache[0] / "config.json").is_file() and (cache[0] / "warmup_loss.png").is_file()
+    train_path, train, _ = prepare_data(cfg, str(tmp_path / "_cache"))
+    path, record, cached = prepare_base(cfg, train, str(tmp_path / "_cache"))
+    assert cached and path == str(cache[0]) and len(record["losses"]) == 4
+    # an existing run directory is refused without overwrite
+    with pytest.raises(ValueError, match="exists"):
+        run_pipeline(cfg, progress=False)
+
+
+
+def test_report_markdown_lists_setup_phases_and_tables():
+    rng = np.random.default_rng(0)
+    base = rng.choice([0.0, 0.5, 1.0], size=(3, 4))
+    comparison = compare_runs([eval_result(base), eval_result(np.minimum(base + 0.5, 1.0))], ["base", "trained (x)"])
+    cfg = tiny_config.get_config()
+    timings = {"data": {"wall_s": 1.0, "cpu_s": 0.5}, "rl": {"wall_s": 2.5, "cpu_s": 4.0}}
+    md = report_markdown(cfg, comparison, timings, {"description": "tiny model X"}, {"reward/mean": 0.25},
+                         {"start": [1.0], "end": [2.0]})
+    assert md.startswith("# Tiny pipeline run `tiny`")
+    for text in ("- model: tiny model X", "estimator `maxk_offpolicy` (k = 4)", "reward mean 0.250",
+                 "3 test problems, n = 64", "| data | 1.0 | 0.5 |", "| total | 3.5 | 4.5 |",
+                 "each distinct (program, tests) judged once", "## Base vs trained:", "max@4"):
+        assert text in md, text
+    assert "# Comparison:" not in md
+    cfg.executor_cache = False
+    assert "every submission judged" in report_markdown(cfg, comparison, timings, {}, {}, {"start": [], "end": []})
+
+
+class _RecordingExecutor:
+    """The embedded judge, recording the entry point of every submission it judges."""
+
+    def __init__(self):
+        from maxk_jax.execution import make_executor
+
+        self.inner, self.entry_points = make_executor("embedded:2"), []
+
+    def judge(self, subs):
+        self.entry_points += [s["tests"]["entry_point"] for s in subs]
+        return self.inner.judge(subs)
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.fixture
+def hf_datasets_cache(tmp_path, monkeypatch):
+    """Keep the `datasets` cache of the fixture files out of the user's HF cache."""
+    import datasets
+
+    cache = str(tmp_path / "hf_datasets_cache")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    return cache
+
+
+def test_real_checkpoint_and_mbpp_route(tmp_path, mbpp_route, hf_datasets_cache):  # noqa: F811
+    data, ckpt = mbpp_route
+    cfg = apply_overrides(toy_config(str(tmp_path / "runs")), name="toy_mbpp", model_path=ckpt, dataset="mbpp",
+                          dataset_path=data, estimator="grpo")
+    cfg.data.update(train_split="train", eval_split="test")
+    judge = _RecordingExecutor()
+    try:
+        out = run_pipeline(cfg, progress=False, executor=judge)
+    finally:
+        judge.close()
+    check_mbpp_run(pathlib.Path(out["run_dir"]), ckpt, cfg.eval.n)
+    assert not (tmp_path / "runs" / "_cache").exists()  # no synthetic data, no tiny base model built
+    # RL sampled the train split (2 steps x 2 problems of 3), evaluation the first two test problems
+    rl_funcs, eval_funcs = set(judge.entry_points) & TRAIN_FUNCS, set(judge.entry_points) - TRAIN_FUNCS
+    assert len(rl_funcs) >= 2 and eval_funcs == set(TEST_FUNCS[:2])
