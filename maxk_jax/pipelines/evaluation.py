@@ -14,6 +14,7 @@ from ml_collections import ConfigDict
 from maxk_jax.data.problem import Problem
 from maxk_jax.execution import CachingExecutor, Executor
 from maxk_jax.pipelines.config import uses_judge_cache
+from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 if TYPE_CHECKING:
     from maxk_jax.eval.checkpoint import LoadedModel
@@ -32,7 +33,7 @@ def open_judge(cfg: ConfigDict, executor: Optional[Executor] = None) -> tuple[Ex
     return (CachingExecutor(inner) if uses_judge_cache(cfg) else inner), owned
 
 
-def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer: Any) -> list[Problem]:
+def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer: Tokenizer) -> list[Problem]:
     """The first ``eval.num_problems`` evaluation problems: the synthetic test split `test`, or the
     dataset's ``data.eval_split`` (a warning when there are fewer)."""
     if cfg.data.dataset == "synthetic":
@@ -49,7 +50,7 @@ def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer:
     return problems[:cfg.eval.num_problems]
 
 
-def eval_settings(cfg: ConfigDict, model_config: Qwen2Config, tokenizer: Any) -> RolloutSettings:
+def eval_settings(cfg: ConfigDict, model_config: Qwen2Config, tokenizer: Tokenizer) -> RolloutSettings:
     """`maxk_jax.rl.rollout.RolloutSettings` of the evaluation (``cfg.eval`` sampling; prompt
     format as in RL: bare statements for the tiny model, full prompts for a HF checkpoint)."""
     from maxk_jax.eval.run import default_eos_ids
@@ -63,7 +64,7 @@ def eval_settings(cfg: ConfigDict, model_config: Qwen2Config, tokenizer: Any) ->
                            prompt_format=fmt)
 
 
-def evaluate_model(cfg: ConfigDict, model_config: Qwen2Config, params: Any, tokenizer: Any,
+def evaluate_model(cfg: ConfigDict, model_config: Qwen2Config, params: Any, tokenizer: Tokenizer,
                    problems: Sequence[Problem], executor: Executor, out_dir: str, name: str, *,
                    progress: bool = True, mesh: Optional[jax.sharding.Mesh] = None,
                    ks: Sequence[int] | None = None) -> EvalResult:
