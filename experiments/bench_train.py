@@ -93,7 +93,7 @@ def jax_side(config: Any, params: Any, data: dict[str, np.ndarray], old_logp: np
     box["state"], sh = training.create_train_state(config, params, tx, mesh)
     step = training.make_train_step(config, cfg, tx, mesh, sh)
     b = data["tokens"].shape[0]
-    batch = training.shard_batch(training.Batch(
+    batch = sharding.shard_batch(training.Batch(
         tokens=data["tokens"], attention_mask=data["attention_mask"], completion_mask=data["completion_mask"],
         old_logp=old_logp, rewards=data["rewards"], valid=np.ones(b, bool),
         answer_ids=np.zeros(b, np.int32)), mesh)
@@ -219,7 +219,7 @@ def main(argv: list[str]) -> None:
                            completion_mask=data["completion_mask"], old_logp=np.zeros(data["completion_mask"].shape, np.float32),
                            rewards=data["rewards"], valid=np.ones(b, bool), answer_ids=np.zeros(b, np.int32))
     _, sh = training.abstract_train_state(config, optax.adam(1e-3), mesh)
-    lp = np.asarray(training.make_logprob_fn(config, cfg, mesh, sh.params)(params, training.shard_batch(probe, mesh)))
+    lp = np.asarray(training.make_logprob_fn(config, cfg, mesh, sh.params)(params, sharding.shard_batch(probe, mesh)))
     old_logp = np.where(data["completion_mask"], lp + rng.uniform(-0.3, 0.3, lp.shape), 0.0).astype(np.float32)
 
     with tempfile.TemporaryDirectory() as tmp:

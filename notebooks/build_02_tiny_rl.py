@@ -186,7 +186,7 @@ train_step = training.make_train_step(config, step_cfg, tx, mesh, shardings)
 for s in range(rl_steps):
     ro = rollout.collect(config, state.params, tok, train[8 * s: 8 * s + 8], executor, settings,
                          jax.random.key(100 + s))
-    batch = training.shard_batch(ro.batch, mesh)
+    batch = sharding.shard_batch(ro.batch, mesh)
     for _ in range(ppo_iterations):
         state, m = train_step(state, batch)
     print(f"RL step {s + 1}: reward {np.nanmean(ro.rewards):.3f}, best-of-8 "

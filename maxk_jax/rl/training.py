@@ -398,8 +398,9 @@ def _global_norm(tree: Params) -> jax.Array:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Sharding (a pytree prefix) of every Batch field: rows over ('data', 'fsdp')."""
-    return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES))
+    """Sharding (a pytree prefix) of every Batch field: rows over ('data', 'fsdp')
+    (``sharding.batch_sharding`` with only the leading axis named, so it fits every rank)."""
+    return sharding_lib.batch_sharding(mesh, 1)
 
 
 def batch_axis_size(mesh: Mesh) -> int:
@@ -507,7 +508,3 @@ def make_logprob_fn(model_config: qwen2.Qwen2Config, cfg: StepConfig, mesh: Mesh
                      out_shardings=batch_sharding(mesh))
     return MeshFunction(jitted, mesh)
 
-
-def shard_batch(batch: Batch, mesh: Mesh) -> Batch:
-    """device_put every Batch field with rows over ('data', 'fsdp')."""
-    return jax.device_put(batch, batch_sharding(mesh))

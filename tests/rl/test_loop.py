@@ -252,7 +252,7 @@ def test_rollout_logprobs_match_training_forward_under_truncation(tiny_ckpt, pro
     mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     import optax
     _, sh = training.abstract_train_state(config, optax.sgd(1.0), mesh)
-    lp = training.make_logprob_fn(config, cfg, mesh, sh.params)(params, training.shard_batch(ro.batch, mesh))
+    lp = training.make_logprob_fn(config, cfg, mesh, sh.params)(params, sharding.shard_batch(ro.batch, mesh))
     mask = ro.batch.completion_mask
     np.testing.assert_allclose(np.asarray(lp)[mask], ro.batch.old_logp[mask], atol=1e-4)
 

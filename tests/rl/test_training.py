@@ -79,7 +79,7 @@ def get_step(cfg, mesh_kind="single"):
 def run_steps(params, cfg, batch, mesh_kind="single", steps=1):
     step, sh, mesh, tx = get_step(cfg, mesh_kind)
     state, _ = training.create_train_state(CONFIG, params, tx, mesh)
-    batch = training.shard_batch(batch, mesh)
+    batch = sharding.shard_batch(batch, mesh)
     out = []
     for _ in range(steps):
         state, metrics = step(state, batch)
@@ -213,7 +213,7 @@ def test_temperature_is_applied_to_policy_logprobs(params):
     mesh = single_mesh()
     fn = training.make_logprob_fn(CONFIG, cfg, mesh, training.abstract_train_state(
         CONFIG, optax.sgd(1.0), mesh)[1].params)
-    lp = fn(params, training.shard_batch(batch, mesh))
+    lp = fn(params, sharding.shard_batch(batch, mesh))
     np.testing.assert_allclose(np.asarray(lp), np.asarray(batch.old_logp), atol=2e-5)
 
 
