@@ -6,3 +6,21 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory):
+    """A 2-layer, 32-wide random tiny Qwen2 checkpoint (HF format) with a BPE tokenizer trained on 60
+    synthetic problems: shared by the RL-loop and multi-host tests."""
+    import numpy as np
+
+    from maxk_jax.data import synthetic as syn
+    from maxk_jax.models import tiny
+
+    train, _ = syn.make_split(syn.SyntheticConfig(seed=0, num_train=60, num_test=4))
+    corpus = syn.tokenizer_corpus(train, np.random.default_rng(0))
+    return tiny.build_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), corpus, seed=0, hidden_size=32,
+                                      num_layers=2, num_heads=2, num_kv_heads=1)

@@ -16,10 +16,8 @@ from maxk_jax.rl import loop as rl_loop
 from maxk_jax.rl import rollout
 from maxk_jax.rl import training
 from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
-from maxk_jax.data import synthetic as syn
 from maxk_jax.estimators import max_at_k
 from maxk_jax.rl.metrics_log import MetricsLogger, deterministic, read_metrics
-from maxk_jax.models import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,14 +32,6 @@ def echo_problem(i: int) -> Problem:
 
 
 WARM_ANSWERS = ("print(input())", "print(0)", "print(1)", "print(int(input())+1)")
-
-
-@pytest.fixture(scope="module")
-def tiny_ckpt(tmp_path_factory):
-    train, _ = syn.make_split(syn.SyntheticConfig(seed=0, num_train=60, num_test=4))
-    corpus = syn.tokenizer_corpus(train, np.random.default_rng(0))
-    return tiny.build_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), corpus, seed=0, hidden_size=32,
-                                      num_layers=2, num_heads=2, num_kv_heads=1)
 
 
 @pytest.fixture(scope="module")
