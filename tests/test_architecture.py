@@ -20,6 +20,7 @@ STAGE = {
     "eval": 5, "rl.losses": 5, "rl.logprobs": 5,
     "rl.training": 6,
     "rl.rollout": 7, "rl.warmup": 7, "rl.metrics_log": 7, "rl.config": 7, "rl.loop": 7,
+    "memory_plan": 7,
     "pipelines": 8,
 }
 
@@ -106,3 +107,25 @@ def test_no_import_cycles_between_modules():
 def test_find_cycle_finds_cycles():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def _is_script(path: pathlib.Path) -> bool:
+    """An entry point: a module with an ``if __name__ == "__main__":`` block."""
+    return any(isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+               and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
+               for node in ast.parse(path.read_text()).body)
+
+
+def test_scripts_do_not_import_scripts():
+    """No module under experiments/ imports an entry point of experiments/ (shared logic lives in
+    maxk_jax); only the run configs and helper modules without a main (paper_listings: the
+    paper's listings, the benchmark's baseline) may be imported."""
+    modules = _modules("experiments")
+    bad = [f"{module} imports {target}"
+           for module, path in sorted(modules.items())
+           for target in sorted(_imports(path, modules, "experiments"))
+           if target != module and _is_script(modules[target])]
+    assert not bad, "\n".join(bad)
+    helpers = {m for m, p in modules.items() if not _is_script(p) and not m.startswith("experiments.configs")}
+    assert helpers == {"experiments", "experiments.paper_listings"}, sorted(helpers)
+    assert _is_script(modules["experiments.plan_train"]) and _is_script(modules["experiments.bandit"])

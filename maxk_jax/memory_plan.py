@@ -1,0 +1,279 @@
+"""Per-device memory plans by AOT compilation on a (simulated) device mesh: nothing is allocated.
+
+Parameters, optimizer state and batches are ``jax.ShapeDtypeStruct``s carrying their
+``NamedSharding``; ``jax.jit(fn).lower(...).compile().memory_analysis()`` gives XLA's per-device
+argument / output / temp / alias bytes. Two plans:
+
+* :func:`plan_nll_grad` -- ``jax.grad`` of the mean next-token NLL of a Qwen2 model (float32 logits
+  and log-softmax, activations constrained by :func:`maxk_jax.sharding.activation_sharding`); no
+  optimizer state.
+* :func:`plan_train_step` -- the real RL ``train_step`` (``rl.training.make_train_step``: params +
+  Adam state, micro-batch scan, estimator, loss, KL, grad accumulation, clipping, donated state),
+  optionally with the reference-policy log-prob pass; each row also gets the largest temp buffers
+  read from XLA's dumped buffer assignment (:func:`temp_breakdown`, needs
+  ``XLA_FLAGS=--xla_dump_to=<dir>`` set before JAX starts).
+
+Layouts are written ``data2_fsdp4`` / ``fsdp4_tensor2`` / ``fsdp8`` (axes not named are 1).
+A row is ``{"layout", "compile_s", "args", "outputs", "temps", "alias", "total"}`` (bytes per
+device; ``total = args + outputs + temps - alias``). The entry points are
+``experiments/plan_memory.py`` and ``experiments/plan_train.py``, which request their simulated CPU
+devices through ``XLA_FLAGS`` before importing JAX.
+"""
+from __future__ import annotations
+
+import collections
+import glob
+import math
+import os
+import pathlib
+import re
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from maxk_jax import sharding as sh
+from maxk_jax.models import qwen2
+from maxk_jax.rl import training
+
+GIB = 1024 ** 3
+Row = dict[str, Any]
+
+
+def parse_layout(name: str) -> dict[str, int]:
+    """``'data2_fsdp4'`` -> ``{'data': 2, 'fsdp': 4, 'tensor': 1}``; ValueError on bad names."""
+    sizes = {"data": 1, "fsdp": 1, "tensor": 1}
+    for part in name.split("_"):
+        m = re.fullmatch(r"(data|fsdp|tensor)(\d+)", part)
+        if m is None:
+            raise ValueError(f"bad layout {name!r}: parts must look like fsdp4, tensor2, data2")
+        sizes[m.group(1)] = int(m.group(2))
+    return sizes
+
+
+def layout_sizes(name: str, num_devices: int) -> dict[str, int]:
+    """`parse_layout` of a layout that must use exactly ``num_devices`` devices (ValueError
+    otherwise)."""
+    sizes = parse_layout(name)
+    if sizes["data"] * sizes["fsdp"] * sizes["tensor"] != num_devices:
+        raise ValueError(f"layout {name!r} does not use exactly {num_devices} devices")
+    return sizes
+
+
+def check_device_count(num_devices: int) -> None:
+    """ValueError (naming XLA_FLAGS) unless JAX sees exactly ``num_devices`` devices."""
+    if jax.device_count() != num_devices:
+        raise ValueError(f"expected {num_devices} simulated devices, got {jax.device_count()} "
+                         f"(XLA_FLAGS={os.environ.get('XLA_FLAGS')!r})")
+
+
+def planned_config(preset: str, *, layers: int, dtype: str, param_dtype: str,
+                   remat: bool) -> qwen2.Qwen2Config:
+    """The Qwen2 preset to plan, with ``layers`` decoder layers (0 = the preset's), compute
+    ``dtype``, parameter storage ``param_dtype`` and per-layer rematerialisation ``remat``."""
+    overrides: dict[str, Any] = dict(dtype=dtype, param_dtype=param_dtype, remat=remat)
+    if layers:
+        overrides["num_layers"] = layers
+    return qwen2.preset(preset, **overrides)
+
+
+def nll_loss(config: qwen2.Qwen2Config, params: Any, tokens: jax.Array,
+             mask: jax.Array) -> jax.Array:
+    """Mean next-token NLL over real target tokens. tokens, mask: [B, T] -> scalar float32."""
+    logits = qwen2.logits(config, params, tokens, mask)[:, :-1]
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    weights = mask[:, 1:].astype(jnp.float32)
+    return jnp.sum(nll * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+def memory_row(name: str, compiled: Any, seconds: float) -> Row:
+    """The per-device bytes of a compiled executable (``compiled.memory_analysis()``) as a row
+    named ``name``, with its compile time ``seconds``."""
+    mem = compiled.memory_analysis()
+    row = {"layout": name, "compile_s": round(seconds, 1), "args": int(mem.argument_size_in_bytes),
+           "outputs": int(mem.output_size_in_bytes), "temps": int(mem.temp_size_in_bytes),
+           "alias": int(mem.alias_size_in_bytes)}
+    row["total"] = row["args"] + row["outputs"] + row["temps"] - row["alias"]
+    return row
+
+
+def plan_nll_grad(config: qwen2.Qwen2Config, layout: str, batch: int, seq: int) -> Row:
+    """AOT-compile grad(nll_loss) of a [batch, seq] token batch for one layout -> its row."""
+    mesh = sh.make_mesh(**parse_layout(layout))
+    shapes = qwen2.abstract_params(config)
+    p_shard = sh.param_shardings(mesh, qwen2.logical_axes(config), shapes)
+    params = jax.tree.map(lambda s, d: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=d),
+                          shapes, p_shard)
+    b_shard = sh.batch_sharding(mesh, 2)
+    tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=b_shard)
+    mask = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=b_shard)
+    step = jax.jit(jax.grad(nll_loss, argnums=1), static_argnums=0, out_shardings=p_shard)
+    t0 = time.perf_counter()
+    with sh.activation_sharding(mesh):
+        compiled = step.lower(config, params, tokens, mask).compile()
+    return memory_row(layout, compiled, time.perf_counter() - t0)
+
+
+def abstract_batch(mesh: jax.sharding.Mesh, b: int, prompt_len: int, t: int,
+                   with_ref: bool) -> training.Batch:
+    """A training.Batch of ShapeDtypeStructs with rows over ('data', 'fsdp'): ``b`` sequences of
+    ``prompt_len + t`` tokens, ``t`` completion positions; ``ref_logp`` [b, t] iff ``with_ref``."""
+    s = training.batch_sharding(mesh)
+    spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=s)  # noqa: E731
+    return training.Batch(
+        tokens=spec((b, prompt_len + t), jnp.int32), attention_mask=spec((b, prompt_len + t), jnp.bool_),
+        completion_mask=spec((b, t), jnp.bool_), old_logp=spec((b, t), jnp.float32),
+        rewards=spec((b,), jnp.float32), valid=spec((b,), jnp.bool_), answer_ids=spec((b,), jnp.int32),
+        ref_logp=spec((b, t), jnp.float32) if with_ref else None)
+
+
+def state_bytes_per_device(abstract: Any) -> int:
+    """Analytic bytes of one device's shard of a tree of sharded ShapeDtypeStructs."""
+    total = 0
+    for leaf in jax.tree.leaves(abstract):
+        shard = leaf.sharding.shard_shape(leaf.shape)
+        total += math.prod(shard) * jnp.dtype(leaf.dtype).itemsize
+    return total
+
+
+_ALLOC = re.compile(r"^allocation \d+: size (\d+), (.*):$")
+_VALUE = re.compile(r"^ value: <\d+ (\S+) @\d+> \(size=(\d+),offset=\d+\): (\S+)")
+_OP_NAME = re.compile(r'^\s*(?:ROOT )?%(\S+) = .*op_name="([^"]*)"')
+
+
+def shape_dims(shape: str) -> list[int]:
+    """An HLO shape string -> its dimensions: ``'f32[1,256,152064]'`` -> ``[1, 256, 152064]``."""
+    inner = shape.split("[", 1)[1].rstrip("]") if "[" in shape else ""
+    return [int(x) for x in inner.split(",") if x]
+
+
+def temp_breakdown(dump_dir: str, module: str, top: int, vocab: int) -> dict[str, Any]:
+    """Largest buffers in the temp allocations of the last compiled XLA module named ``module``
+    (from its buffer assignment dumped to ``dump_dir``): total temp bytes, and the ``top`` largest
+    values grouped by (shape, JAX op) with their count.  Temp = not a parameter, output, constant
+    or thread-local allocation; buffers with disjoint live ranges share temp bytes, so the listed
+    sizes can add up to more than the total.  ``vocab_f32`` lists every float32 temp value whose
+    last axis is the vocabulary (``vocab``: logits-sized buffers and LM-head weight copies)."""
+    files = sorted(glob.glob(f"{dump_dir}/module_*.{module}.cpu_after_optimizations-buffer-assignment.txt"))
+    if not files:
+        raise FileNotFoundError(f"no buffer assignment of {module} in {dump_dir} (XLA_FLAGS dump)")
+    path = files[-1]
+    names = {}
+    with open(path.replace("-buffer-assignment.txt", ".txt")) as f:
+        for line in f:
+            m = _OP_NAME.match(line)
+            if m:
+                names[m.group(1)] = m.group(2)
+    total, values, in_temp = 0, collections.Counter(), False
+    sizes = {}
+    with open(path) as f:
+        for line in f:
+            m = _ALLOC.match(line.rstrip())
+            if m:
+                kinds = m.group(2)
+                in_temp = not any(k in kinds for k in ("parameter", "output", "constant", "thread-local",
+                                                       "maybe-live-out"))
+                total += int(m.group(1)) if in_temp else 0
+                continue
+            m = _VALUE.match(line)
+            if m and in_temp:
+                op = re.sub(r"^jit\([^)]*\)/", "", names.get(m.group(1), m.group(1)))
+                key = (m.group(3).split("{")[0], op[-90:])
+                values[key] += 1
+                sizes[key] = int(m.group(2))
+    as_row = lambda k: {"shape": k[0], "op": k[1], "bytes": sizes[k], "count": values[k]}  # noqa: E731
+    ranked = sorted(sizes, key=lambda k: -sizes[k])
+    vocab_f32 = [as_row(k) for k in ranked if k[0].startswith("f32[") and shape_dims(k[0])[-1:] == [vocab]]
+    return {"temp_bytes": total, "largest": [as_row(k) for k in ranked[:top]], "vocab_f32": vocab_f32}
+
+
+def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str, *,
+                    sequences: int, prompt_len: int, completion_len: int, dump_dir: str,
+                    breakdown: int, ref: bool) -> list[Row]:
+    """AOT-compile the RL train step (Adam, lr 5e-6) on ``sequences`` rows of ``prompt_len +
+    completion_len`` tokens for one layout -> [its row] (+ the reference log-prob pass's row when
+    ``ref``). Each row also has ``temp_breakdown`` (``breakdown`` largest temps, read from
+    ``dump_dir``) and ``state_analytic`` (bytes of this device's shard of the state / params)."""
+    mesh = sh.make_mesh(**parse_layout(layout))
+    tx, schedule = training.make_optimizer(5e-6, total_steps=1000)
+    state, shardings = training.abstract_train_state(config, tx, mesh)
+    batch = abstract_batch(mesh, sequences, prompt_len, completion_len, cfg.kl_beta > 0)
+    step = training.make_train_step(config, cfg, tx, mesh, shardings, schedule=schedule)
+    t0 = time.perf_counter()
+    compiled = step.lower(state, batch).compile()
+    row = memory_row(layout, compiled, time.perf_counter() - t0)
+    row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_step", breakdown, config.vocab_size)
+    row["state_analytic"] = state_bytes_per_device(state)
+    rows = [row]
+    if ref:
+        fn = training.make_logprob_fn(config, cfg, mesh, shardings.params)
+        t0 = time.perf_counter()
+        compiled = fn.lower(state.params, batch.replace(ref_logp=None)).compile()
+        ref_row = memory_row(f"{layout} ref-logp pass", compiled, time.perf_counter() - t0)
+        ref_row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_fn", breakdown, config.vocab_size)
+        ref_row["state_analytic"] = state_bytes_per_device(state.params)
+        rows.append(ref_row)
+    return rows
+
+
+def to_markdown(rows: list[Row], header: str) -> str:
+    """Markdown table of per-device GiB per layout, under ``header``."""
+    lines = [header, "", "| layout | args GiB | outputs GiB | temps GiB | total GiB | compile s |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['layout']} | {r['args'] / GIB:.2f} | {r['outputs'] / GIB:.2f} | "
+                     f"{r['temps'] / GIB:.2f} | {r['total'] / GIB:.2f} | {r['compile_s']} |")
+    return "\n".join(lines) + "\n"
+
+
+def state_markdown(rows: list[Row]) -> str:
+    """Markdown table of every row's analytic params (+ Adam state) GiB per device."""
+    return "\n| layout | params+Adam state per device (analytic) GiB |\n|---|---:|\n" + "".join(
+        f"| {r['layout']} | {r['state_analytic'] / GIB:.2f} |\n" for r in rows)
+
+
+def breakdown_markdown(rows: list[Row], vocab: int, seq_lens: tuple[int, ...]) -> str:
+    """Markdown of every row's largest temp buffers and of its float32 vocabulary-sized temps; a
+    [micro-batch, T, V] logits buffer is one whose second-to-last axis is a sequence length
+    (``seq_lens``: T and S)."""
+    out = ""
+    is_logits = lambda shape: len(shape_dims(shape)) >= 2 and shape_dims(shape)[-2] in seq_lens  # noqa: E731
+    for r in rows:
+        bd = r.get("temp_breakdown")
+        if not bd:
+            continue
+        out += (f"\n**{r['layout']}**: temps {bd['temp_bytes'] / GIB:.2f} GiB per device; largest temp "
+                "buffers (shape, count, JAX op):\n\n| GiB | shape | count | op |\n|---:|---|---:|---|\n")
+        out += "".join(f"| {v['bytes'] / GIB:.3f} | `{v['shape']}` | {v['count']} | {v['op']} |\n"
+                       for v in bd["largest"])
+        logits = [v for v in bd["vocab_f32"] if is_logits(v["shape"])]
+        out += (f"\nfloat32 temps with a vocabulary (V = {vocab}) last axis: "
+                + (", ".join(f"`{v['shape']}` {v['bytes'] / GIB:.3f} GiB" + (" (**[mb, T, V] logits**)"
+                                                                           if is_logits(v["shape"]) else "")
+                             for v in bd["vocab_f32"]) or "none")
+                + f". [micro-batch, T, V] float32 logits buffers: {len(logits)}.\n")
+    return out
+
+
+def plot(rows: list[Row], title: str, path: pathlib.Path) -> None:
+    """Stacked bars (args / outputs / temps) per layout, GiB per device, saved as a PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = [r["layout"] for r in rows]
+    bottom = [0.0] * len(rows)
+    for part in ("args", "outputs", "temps"):
+        vals = [r[part] / GIB for r in rows]
+        ax.bar(names, vals, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("GiB per device")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
