@@ -15,7 +15,7 @@ Registry:       get_estimator(name, **options) -> fn(rewards, *, k, log_ratio=No
                 answer_ids=None); list_estimators(); estimator_options(name);
                 estimator_info(name) (default loss form, needs log_ratio / answer_ids, min k);
                 clamp_log_ratio(log_ratio, clamp_delta) (Listing 3's delta clamp)
-Helpers:        rows_below_k(mask, k), check_finite(x, name=..., mask=None)
+Helpers:        rows_below_k(mask, k), check_finite(x, name=..., mask=None, log_ratio=None)
 
 Private modules: _core (validation, sorting, log-space binomial weights), _maxk (eq. 9 / §3.3
 transforms, LOO-1), _exact (eq. 10 by an elementary-symmetric-polynomial DP), _tang (Tang et al.)

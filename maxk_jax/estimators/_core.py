@@ -110,24 +110,32 @@ def prepare_log_ratio(log_ratio, shape: tuple, *, required: bool, estimator: str
     return lr
 
 
-def check_finite(x, *, name: str = "rewards", mask=None) -> None:
+def check_finite(x, *, name: str = "rewards", mask=None, log_ratio=None) -> None:
     """Raise ValueError if a concrete array has NaN/inf at a valid (mask=True) position.
 
-    No-op for traced values (inside jit/vmap), so it never breaks compilation; call it outside
-    jit (the public estimator functions call it automatically on concrete inputs).
+    `x` is `[...]`; `mask` (True = valid) and `log_ratio` have its shape. Pass `log_ratio` when
+    `x` was computed from it (off-policy estimator outputs): a non-finite value then means the
+    importance weights overflowed, and the error names the largest valid log_ratio and
+    `clamp_delta`. No-op for traced values (inside jit/vmap), so it never breaks compilation;
+    call it outside jit (the public estimator functions call it automatically on concrete inputs).
     """
-    if not is_concrete(x) or (mask is not None and not is_concrete(mask)):
+    if not all(a is None or is_concrete(a) for a in (x, mask, log_ratio)):
         return
     arr = np.asarray(x)
     if not np.issubdtype(arr.dtype, np.floating):
         return
-    bad = ~np.isfinite(arr)
-    if mask is not None:
-        bad &= np.asarray(mask, dtype=bool)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{name} contains a non-finite value {float(arr[where])} at index {where} "
-                         f"({int(bad.sum())} non-finite valid entries); mask such samples out")
+    valid = np.ones(arr.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), arr.shape)
+    bad = ~np.isfinite(arr) & valid
+    if not bad.any():
+        return
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    found = (f"{name} contains a non-finite value {float(arr[where])} at index {where} "
+             f"({int(bad.sum())} non-finite valid entries)")
+    if log_ratio is None:
+        raise ValueError(f"{found}; mask such samples out")
+    top = float(np.max(np.where(valid, np.asarray(log_ratio, dtype=np.float64), -np.inf)))
+    raise ValueError(f"{found}: importance weights overflow (largest valid log_ratio {top:.4g}); "
+                     "set clamp_delta, or mask such samples out")
 
 
 def rows_below_k(mask, k: int) -> Array:

@@ -71,9 +71,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import jax.numpy as jnp
-import numpy as np
 
-from maxk_jax.estimators._core import (Array, check_finite, is_concrete, masked_center, masked_zscore,
+from maxk_jax.estimators._core import (Array, check_finite, masked_center, masked_zscore,
                                       prepare_log_ratio, prepare_mask, prepare_rewards, validate_k)
 from maxk_jax.estimators._exact import (loo1_advantage_offpolicy_exact,
                                        maxk_reward_transform_offpolicy_exact)
@@ -193,17 +192,6 @@ def clamp_log_ratio(log_ratio: Array, clamp_delta: float | None) -> Array:
     return jnp.clip(log_ratio, lo, math.log1p(clamp_delta))
 
 
-def _check_overflow(out: Array, lr: Array, m: Array, name: str) -> None:
-    """ValueError (concrete inputs only) when off-policy weights overflowed to inf/NaN."""
-    if not (is_concrete(out) and is_concrete(lr) and is_concrete(m)):
-        return
-    bad = ~np.isfinite(np.asarray(out)) & np.asarray(m, dtype=bool)
-    if bad.any():
-        top = float(np.max(np.where(np.asarray(m, dtype=bool), np.asarray(lr, dtype=np.float64), -np.inf)))
-        raise ValueError(f"{name}: importance weights overflow (largest valid log_ratio {top:.4g}); "
-                         "set clamp_delta, or mask such samples out")
-
-
 def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
                 clamp_delta: float | None = None) -> EstimatorFn:
     if baseline not in BASELINES:
@@ -220,7 +208,7 @@ def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
         if needs_lr:
             lr = clamp_log_ratio(lr, clamp_delta)
             out = _coefficients(r, lr, k, m)
-            _check_overflow(out, lr, m, name)
+            check_finite(out, name=f"{name} coefficients", mask=m, log_ratio=lr)
             return jnp.where(keep, out, 0)
         return jnp.where(keep, _coefficients(r, lr, k, m), 0)
 

@@ -31,6 +31,18 @@ def test_check_finite_reports_index_ignores_masked_and_tracers():
     jax.jit(lambda a: (C.check_finite(a), a)[1])(jnp.asarray(x))           # traced: no check, no error
 
 
+def test_check_finite_with_log_ratio_reports_an_overflow():
+    out = np.array([[0.5, np.inf, 0.1], [np.nan, 0.0, 0.2]])
+    lr = np.array([[0.0, 90.0, 0.0], [300.0, 0.0, 0.0]])
+    mask = np.array([[True, True, True], [False, True, True]])
+    with pytest.raises(ValueError, match=r"^c contains a non-finite value inf at index \(0, 1\) \(1 non-finite "
+                                         r"valid entries\): importance weights overflow \(largest valid "
+                                         r"log_ratio 90\); set clamp_delta, or mask such samples out$"):
+        C.check_finite(out, name="c", mask=mask, log_ratio=lr)    # the masked 300 is not named
+    C.check_finite(out[:, 2], name="c", log_ratio=lr[:, 2])           # all finite: no error
+    jax.jit(lambda a, b: (C.check_finite(a, log_ratio=b), a)[1])(jnp.asarray(out), jnp.asarray(lr))
+
+
 def test_prepare_mask_and_rows_below_k():
     np.testing.assert_array_equal(C.prepare_mask(np.array([1, 0, 1]), (3,)), [True, False, True])
     np.testing.assert_array_equal(C.prepare_mask(None, (2, 3)), np.ones((2, 3), bool))
