@@ -170,18 +170,3 @@ def broadcast_object(obj: Any) -> Any:
     """Process 0's ``obj`` on every process (a collective; JSON-serialisable)."""
     return allgather_objects(obj)[0]
 
-
-class JudgeCounter:
-    """Wraps an executor and counts the submissions this process's judge received
-    (``count``; retries included). Every other attribute is the executor's."""
-
-    def __init__(self, executor: Any) -> None:
-        self.executor, self.count = executor, 0
-
-    def judge(self, submissions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """executor.judge, counting ``len(submissions)``."""
-        self.count += len(submissions)
-        return self.executor.judge(submissions)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.executor, name)

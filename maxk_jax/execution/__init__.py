@@ -10,12 +10,13 @@ Protocol:   Executor (judge / close / context manager), typed dicts SubmissionDi
             (one TestResult per test), sandbox_error_result
 Backends:   EmbeddedExecutor (in-process supervisor, the default), HttpExecutor (judge services),
             SandboxFusionExecutor (an existing SandboxFusion deployment), CachingExecutor (judges
-            each distinct submission once; wraps another executor)
+            each distinct submission once; wraps another executor), JudgeCounter (counts the
+            submissions judged; wraps another executor)
 Factory:    make_executor(spec)
 Errors:     RequestError (a ValueError naming the offending field), SandboxUnavailableError
 
 Modules: ``executor`` (the protocol and typed dicts), one per backend (``embedded``,
-``http_client``, ``sandboxfusion``, ``caching``), ``factory``; the judge itself: ``schema``
+``http_client``, ``sandboxfusion``, ``caching``, ``counting``), ``factory``; the judge itself: ``schema``
 (request validation), ``judge`` (output comparison, verdicts), ``behaviour`` (output
 fingerprints), ``supervisor`` (slots, queue, results), ``sandbox`` (bubblewrap slots, uid blocks,
 reaper), ``cgroups`` (per-slot memory/pids/CPU groups), ``worker``/``harness``/``harness_assert``/
@@ -23,6 +24,7 @@ reaper), ``cgroups`` (per-slot memory/pids/CPU groups), ``worker``/``harness``/`
 FastAPI app and ``python -m maxk_jax.execution.serve``).
 """
 from maxk_jax.execution.caching import CachingExecutor
+from maxk_jax.execution.counting import JudgeCounter
 from maxk_jax.execution.embedded import EmbeddedExecutor
 from maxk_jax.execution.executor import (Executor, JudgeResult, SubmissionDict, TestResult,
                                          sandbox_error_result)
@@ -33,7 +35,7 @@ from maxk_jax.execution.sandboxfusion import SandboxFusionExecutor
 from maxk_jax.execution.schema import RequestError
 
 __all__ = [
-    "CachingExecutor", "EmbeddedExecutor", "Executor", "HttpExecutor", "JudgeResult", "RequestError",
-    "SandboxConfig", "SandboxFusionExecutor", "SandboxUnavailableError", "SubmissionDict", "TestResult",
-    "make_executor", "sandbox_error_result",
+    "CachingExecutor", "EmbeddedExecutor", "Executor", "HttpExecutor", "JudgeCounter", "JudgeResult",
+    "RequestError", "SandboxConfig", "SandboxFusionExecutor", "SandboxUnavailableError", "SubmissionDict",
+    "TestResult", "make_executor", "sandbox_error_result",
 ]

@@ -60,7 +60,7 @@ from maxk_jax import sharding as sharding_lib
 from maxk_jax.rl import training
 from maxk_jax.data import load_dataset, load_problems, make_token_counter
 from maxk_jax.data.problem import Problem
-from maxk_jax.execution import Executor
+from maxk_jax.execution import Executor, JudgeCounter
 from maxk_jax.rl import config as config_lib
 from maxk_jax.rl.config import (initialize_distributed, num_rl_steps, step_config,  # noqa: F401
                                 train_ks, validate_config)                       # (public here too)
@@ -327,7 +327,7 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
     t_step = time.perf_counter()
     batch_problems = step_problems(ctx.problems, step, cfg.rollout.prompts, cfg.seed, cfg.data.shuffle)
     rng, key = jax.random.split(rng)
-    judge = multihost.JudgeCounter(executor)   # counts what THIS host's judge receives
+    judge = JudgeCounter(executor)   # counts what THIS host's judge receives
     ro = rollout_lib.collect(ctx.model_config, state.params, ctx.tokenizer, batch_problems,
                              judge, ctx.settings, key, mesh=mesh)     # this host's share only
     everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
