@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from maxk_jax.data.livecodebench import (DEFAULT_LIMITS, LCB_IMPORT_HEADER, CaseDecodeError, to_iso,
-                                         lcb_row_tests, parse_date, reason_of)
+from maxk_jax.data.livecodebench import (DEFAULT_LIMITS, LCB_IMPORT_HEADER, new_row_tests, parse_date,
+                                         to_iso)
 from maxk_jax.data.problem import Limits, Problem
 from maxk_jax.data.report import LoadReport
 from maxk_jax.data.sources import progress, read_rows
@@ -92,19 +92,12 @@ def load_livebench(path: str | None = None, split: str = "test", *, tasks: Seque
         if task == "coding_completion" and not (isinstance(partial, str) and partial.strip()):
             report.skip("missing_partial_solution", qid)
             continue
-        try:
-            tests, capped, info = lcb_row_tests(row, orig.get("metadata"), orig.get("starter_code") or "",
-                                          max_tests)
-        except CaseDecodeError as e:
-            report.skip(reason_of(e), qid)
-            continue
         pid = f"livebench/{qid}"
-        if pid in seen:
-            report.skip("duplicate_id", qid)
+        built = new_row_tests(row, orig.get("metadata"), orig.get("starter_code") or "", max_tests,
+                              pid=pid, qid=qid, seen=seen, report=report)
+        if built is None:
             continue
-        seen.add(pid)
-        if capped:
-            report.count("tests_capped")
+        tests, info = built
         turns = row.get("turns") or []
         upstream_prompt: Any = turns[0] if isinstance(turns, (list, tuple)) and turns else None
         problems.append(Problem(

@@ -219,6 +219,29 @@ def reason_of(err: CaseDecodeError) -> str:
     return getattr(err, "reason", "unparsable_tests")
 
 
+def new_row_tests(row: Mapping[str, Any], meta_source: Any, starter_code: str, max_tests: int | None, *,
+                  pid: str, qid: Any, seen: set[str], report: LoadReport) -> tuple[Tests, dict[str, Any]] | None:
+    """`lcb_row_tests` of a row that is to become Problem `pid`, with the loaders' bookkeeping.
+
+    A row whose cases cannot be decoded is skipped under its reason, a `pid` already in `seen`
+    as ``duplicate_id`` (both recorded in `report` under `qid`; None is returned). Otherwise `pid`
+    joins `seen`, a row capped at `max_tests` counts as ``tests_capped``, and (tests, info) is
+    returned (info as `lcb_row_tests`).
+    """
+    try:
+        tests, capped, info = lcb_row_tests(row, meta_source, starter_code, max_tests)
+    except CaseDecodeError as e:
+        report.skip(reason_of(e), qid)
+        return None
+    if pid in seen:
+        report.skip("duplicate_id", qid)
+        return None
+    seen.add(pid)
+    if capped:
+        report.count("tests_capped")
+    return tests, info
+
+
 # ----------------------------------------------------------------------------------------------
 # Release / date selection
 # ----------------------------------------------------------------------------------------------
@@ -343,19 +366,12 @@ def load_livecodebench(path: str | None = None, split: str = "test", *, version:
             if (lo is not None and date < lo) or (hi is not None and date > hi):
                 report.skip("outside_date_range", qid)
                 continue
-        try:
-            tests, capped, info = lcb_row_tests(row, row.get("metadata"), row.get("starter_code") or "",
-                                          max_tests)
-        except CaseDecodeError as e:
-            report.skip(reason_of(e), qid)
-            continue
         pid = f"livecodebench/{qid}"
-        if pid in seen:
-            report.skip("duplicate_id", qid)
+        built = new_row_tests(row, row.get("metadata"), row.get("starter_code") or "", max_tests,
+                              pid=pid, qid=qid, seen=seen, report=report)
+        if built is None:
             continue
-        seen.add(pid)
-        if capped:
-            report.count("tests_capped")
+        tests, info = built
         problems.append(Problem(
             id=pid, source="livecodebench", prompt=row["question_content"], tests=tests, limits=limits,
             starter_code=row.get("starter_code") or "", preamble=LCB_IMPORT_HEADER,

@@ -9,8 +9,10 @@ import zlib
 import pytest
 
 from maxk_jax.data.livecodebench import (LCB_IMPORT_HEADER, CaseDecodeError, decode_private_tests,
-                                         encode_private_tests, load_livecodebench, version_file_stems)
+                                         encode_private_tests, load_livecodebench, new_row_tests,
+                                         version_file_stems)
 from maxk_jax.data.problem import FunctionTests, StdioTests
+from maxk_jax.data.report import LoadReport
 
 
 def _t(inp, out, kind="stdin"):
@@ -185,3 +187,19 @@ def test_official_hub_reads_raw_jsonl_files(monkeypatch, tmp_path, write_rows):
     problems, report = load_livecodebench(version="v6")
     assert calls == [("json", ["hf://datasets/livecodebench/code_generation_lite/test6.jsonl"], "train")]
     assert [p.id for p in problems] == ["livecodebench/s1"] and report.source == "livecodebench/code_generation_lite"
+
+
+def test_new_row_tests_skips_undecodable_and_repeated_rows_and_counts_capped():
+    report, seen = LoadReport("livecodebench", "fixture", "test"), set()
+    build = lambda row, pid, max_tests=None: new_row_tests(  # noqa: E731
+        row, row["metadata"], row["starter_code"], max_tests, pid=pid, qid=row["question_id"], seen=seen,
+        report=report)
+    tests, info = build(_row("a"), "x/a")
+    assert isinstance(tests, StdioTests) and len(tests.cases) == 3
+    assert info == {"func_name": None, "n_public": 1, "n_private": 2}
+    assert build(_row("a"), "x/a") is None                      # same id again
+    assert build(_row("b", private="@@not base64@@"), "x/b") is None
+    tests, _ = build(_row("c"), "x/c", max_tests=2)
+    assert len(tests.cases) == 2 and seen == {"x/a", "x/c"}
+    assert dict(report.skipped) == {"duplicate_id": 1, "unparsable_tests": 1}
+    assert report.info["tests_capped"] == 1
