@@ -124,13 +124,20 @@ def decode_private_tests(blob: str, *, max_bytes: int = MAX_DECOMPRESSED_BYTES) 
     return _parse_test_list(payload, "private_test_cases")
 
 
-def _parse_test_list(text: str, field: str) -> list[dict[str, Any]]:
+def _load_json(text: Any, field: str, kind: type, what: str) -> Any:
+    """``json.loads(text)``, which must be a ``kind`` (``what`` names it in the error);
+    CaseDecodeError naming ``field`` otherwise."""
     try:
-        tests = json.loads(text)
+        value = json.loads(text)
     except (json.JSONDecodeError, TypeError) as e:
         raise CaseDecodeError(f"{field}: invalid JSON ({e})") from e
-    if not isinstance(tests, list):
-        raise CaseDecodeError(f"{field}: expected a JSON list, got {type(tests).__name__}")
+    if not isinstance(value, kind):
+        raise CaseDecodeError(f"{field}: expected a JSON {what}, got {type(value).__name__}")
+    return value
+
+
+def _parse_test_list(text: str, field: str) -> list[dict[str, Any]]:
+    tests = _load_json(text, field, list, "list")
     for i, t in enumerate(tests):
         if (not isinstance(t, dict) or not isinstance(t.get("input"), str)
                 or not isinstance(t.get("output"), str) or t.get("testtype") not in ("stdin", "functional")):
@@ -152,13 +159,7 @@ def parse_metadata(text: Any) -> dict[str, Any]:
         return {}
     if isinstance(text, dict):
         return text
-    try:
-        meta = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as e:
-        raise CaseDecodeError(f"metadata: invalid JSON ({e})") from e
-    if not isinstance(meta, dict):
-        raise CaseDecodeError(f"metadata: expected a JSON object, got {type(meta).__name__}")
-    return meta
+    return _load_json(text, "metadata", dict, "object")
 
 
 def build_lcb_tests(tests: Sequence[Mapping[str, Any]], func_name: str | None, starter_code: str) -> Tests:

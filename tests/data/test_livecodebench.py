@@ -10,7 +10,7 @@ import pytest
 
 from maxk_jax.data.livecodebench import (LCB_IMPORT_HEADER, CaseDecodeError, decode_private_tests,
                                          encode_private_tests, load_livecodebench, new_row_tests,
-                                         version_file_stems)
+                                         parse_metadata, parse_public_tests, version_file_stems)
 from maxk_jax.data.problem import FunctionTests, StdioTests
 from maxk_jax.data.report import LoadReport
 
@@ -203,3 +203,14 @@ def test_new_row_tests_skips_undecodable_and_repeated_rows_and_counts_capped():
     assert len(tests.cases) == 2 and seen == {"x/a", "x/c"}
     assert dict(report.skipped) == {"duplicate_id": 1, "unparsable_tests": 1}
     assert report.info["tests_capped"] == 1
+
+
+def test_json_fields_name_the_field_and_the_expected_type():
+    assert parse_metadata("") == {} and parse_metadata('{"func_name": "f"}') == {"func_name": "f"}
+    assert parse_public_tests('[{"input": "1", "output": "2", "testtype": "stdin"}]')[0]["output"] == "2"
+    for call, match in [(lambda: parse_metadata("[1]"), "^metadata: expected a JSON object, got list$"),
+                        (lambda: parse_metadata("{x"), "^metadata: invalid JSON"),
+                        (lambda: parse_public_tests("{}"), "^public_test_cases: expected a JSON list, got dict$"),
+                        (lambda: parse_public_tests("[1"), "^public_test_cases: invalid JSON")]:
+        with pytest.raises(CaseDecodeError, match=match):
+            call()
