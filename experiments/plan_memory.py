@@ -33,26 +33,15 @@ from maxk_jax import memory_plan  # noqa: E402
 from maxk_jax.models import qwen2  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("preset", "qwen2.5-coder-7b", f"Model preset, one of {sorted(qwen2.PRESETS)}.")
-flags.DEFINE_integer("layers", 0, "Override the number of decoder layers (0 = the preset's).")
+memory_plan.define_flags(param_dtype="bfloat16", results_dir="runs/plan_memory")
 flags.DEFINE_integer("batch", 8, "Global batch size (sequences per step).")
 flags.DEFINE_integer("seq", 512, "Tokens per sequence.")
-flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"], "Compute dtype of the matmuls.")
-flags.DEFINE_enum("param_dtype", "bfloat16", ["bfloat16", "float32"], "Parameter storage dtype.")
-flags.DEFINE_bool("remat", True, "Rematerialise each decoder layer in the backward pass.")
-flags.DEFINE_list("layouts", ["fsdp8", "fsdp4_tensor2", "fsdp2_tensor4", "data2_fsdp4"],
-                  "Mesh layouts to plan, e.g. fsdp4_tensor2 (sizes must multiply to 8).")
-flags.DEFINE_string("results_dir", "runs/plan_memory", "Directory for the JSON/markdown/PNG results.")
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    memory_plan.check_device_count(NUM_DEVICES)
-    config = memory_plan.planned_config(FLAGS.preset, layers=FLAGS.layers, dtype=FLAGS.dtype,
-                                        param_dtype=FLAGS.param_dtype, remat=FLAGS.remat)
-    for layout in FLAGS.layouts:
-        memory_plan.layout_sizes(layout, NUM_DEVICES)
+    config = memory_plan.config_from_flags(NUM_DEVICES)
     rows = [memory_plan.plan_nll_grad(config, layout, FLAGS.batch, FLAGS.seq)
             for layout in tqdm(FLAGS.layouts, desc="layouts")]
     header = (f"{FLAGS.preset} ({config.num_layers} layers, {qwen2.param_count(config):,} params), "

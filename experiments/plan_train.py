@@ -44,14 +44,7 @@ from maxk_jax.models import qwen2  # noqa: E402
 from maxk_jax.rl import training  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("preset", "qwen2.5-coder-7b", f"Model preset, one of {sorted(qwen2.PRESETS)}.")
-flags.DEFINE_integer("layers", 0, "Override the number of decoder layers (0 = the preset's).")
-flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"], "Compute dtype of the matmuls.")
-flags.DEFINE_enum("param_dtype", "float32", ["bfloat16", "float32"], "Parameter (and Adam) storage dtype.")
-flags.DEFINE_bool("remat", True, "Rematerialise each decoder layer in the backward pass.")
-flags.DEFINE_list("layouts", ["fsdp8", "fsdp4_tensor2", "fsdp2_tensor4", "data2_fsdp4"],
-                  "Mesh layouts to plan, e.g. fsdp4_tensor2 (sizes must multiply to 8).")
-flags.DEFINE_string("results_dir", "runs/plan_train", "Directory for the JSON/markdown/PNG results.")
+memory_plan.define_flags(param_dtype="float32", results_dir="runs/plan_train")
 flags.DEFINE_integer("prompts", 16, "Prompts per RL step (experiments/configs/base.py).")
 flags.DEFINE_integer("n", 8, "Samples per prompt (paper: 8).")
 flags.DEFINE_integer("prompt_len", 512, "Prompt bucket length in tokens (CodeContests filter: 512).")
@@ -67,9 +60,7 @@ flags.DEFINE_integer("breakdown", 12, "Largest temp buffers listed per planned m
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    memory_plan.check_device_count(NUM_DEVICES)
-    config = memory_plan.planned_config(FLAGS.preset, layers=FLAGS.layers, dtype=FLAGS.dtype,
-                                        param_dtype=FLAGS.param_dtype, remat=FLAGS.remat)
+    config = memory_plan.config_from_flags(NUM_DEVICES)
     cfg = training.StepConfig(estimator=FLAGS.estimator, k=FLAGS.k, n=FLAGS.n, kl_beta=FLAGS.kl_beta,
                               micro_batches=FLAGS.micro_batches)
     for layout in FLAGS.layouts:   # validate every layout before the first (slow) compile

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl import flags
 from jax.sharding import NamedSharding, PartitionSpec
 
 from maxk_jax import memory_plan
@@ -44,6 +45,18 @@ def test_planned_config_overrides_the_preset():
     same = memory_plan.planned_config("qwen2.5-coder-0.5b", layers=0, dtype="bfloat16",
                                       param_dtype="float32", remat=True)
     assert same.num_layers == full.num_layers
+
+
+def test_flags_give_the_planned_config():
+    fv = flags.FlagValues()
+    memory_plan.define_flags(param_dtype="float32", results_dir="runs/x", flag_values=fv)
+    fv(["prog", "--preset=qwen2.5-coder-0.5b", "--layers=1", "--noremat", "--layouts=fsdp8,data2_fsdp4"])
+    assert fv.results_dir == "runs/x" and fv.dtype == "bfloat16"
+    config = memory_plan.config_from_flags(8, fv)
+    assert (config.num_layers, config.param_dtype, config.remat) == (1, "float32", False)
+    fv.layouts = ["fsdp8", "fsdp4"]
+    with pytest.raises(ValueError, match="layout 'fsdp4' does not use exactly 8 devices"):
+        memory_plan.config_from_flags(8, fv)
 
 
 def _tiny() -> qwen2.Qwen2Config:
