@@ -179,10 +179,8 @@ def load_codeforces(path: str | None = None, split: str = "test", *,
             report.skip("overlap_code_contests_name", pid_up)
             continue
         pid = f"codeforces/{pid_up.strip()}"
-        if pid in seen:
-            report.skip("duplicate_id", pid_up)
+        if not report.keep_new(pid, seen, pid_up):
             continue
-        seen.add(pid)
         if capped:
             report.count("tests_capped")
         if not row.get("official_tests_complete", True):

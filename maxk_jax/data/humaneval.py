@@ -56,10 +56,8 @@ def load_humaneval(path: str | None = None, split: str = "test", *,
             report.skip("malformed_tests", task_id)
             continue
         pid = f"humaneval/{task_id}"
-        if pid in seen:
-            report.skip("duplicate_id", task_id)
+        if not report.keep_new(pid, seen, task_id):
             continue
-        seen.add(pid)
         problems.append(Problem(
             id=pid, source="humaneval", prompt=row["prompt"], starter_code=row["prompt"],
             code_prefix=row["prompt"], tests=AssertTests(row["test"].rstrip() + f"\n\n\ncheck({entry})\n"),

@@ -234,10 +234,8 @@ def new_row_tests(row: Mapping[str, Any], meta_source: Any, starter_code: str, m
     except CaseDecodeError as e:
         report.skip(reason_of(e), qid)
         return None
-    if pid in seen:
-        report.skip("duplicate_id", qid)
+    if not report.keep_new(pid, seen, qid):
         return None
-    seen.add(pid)
     if capped:
         report.count("tests_capped")
     return tests, info

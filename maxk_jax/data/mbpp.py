@@ -162,10 +162,8 @@ def load_mbpp(path: str | None = None, split: str = "test", *, config: str = "fu
                 tests = AssertTests(_assert_code(setup, lines))
                 report.count("assert_fallback")
         pid = f"mbpp/{task_id}"
-        if pid in seen:
-            report.skip("duplicate_id", task_id)
+        if not report.keep_new(pid, seen, task_id):
             continue
-        seen.add(pid)
         problems.append(Problem(
             id=pid, source="mbpp", prompt=format_prompt(text, test_list), tests=tests, limits=limits,
             preamble=preamble,

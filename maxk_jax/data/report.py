@@ -53,6 +53,15 @@ class LoadReport:
             if len(ex) < _MAX_EXAMPLES:
                 ex.append(str(row_id))
 
+    def keep_new(self, problem_id: str, seen: set[str], row_id: Any = None) -> bool:
+        """True the first time `problem_id` comes (it joins `seen`); False for a repeat, which is
+        skipped as ``duplicate_id`` under `row_id`."""
+        if problem_id in seen:
+            self.skip("duplicate_id", row_id)
+            return False
+        seen.add(problem_id)
+        return True
+
     def count(self, key: str, n: int = 1) -> None:
         """Increment an informational counter (the row is still kept)."""
         self.info[key] += n

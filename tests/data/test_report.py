@@ -29,3 +29,11 @@ def test_accounting_mismatch_raises():
     r.skip("x")
     with pytest.raises(RuntimeError, match="3 rows read != 1 kept \\+ 1 skipped"):
         r.finalize(1)
+
+
+def test_keep_new_skips_repeated_ids():
+    r, seen = LoadReport("demo", "path/x", "test"), set()
+    assert r.keep_new("demo/a", seen, "a") and r.keep_new("demo/b", seen, "b")
+    assert not r.keep_new("demo/a", seen, "a-again")
+    assert seen == {"demo/a", "demo/b"}
+    assert dict(r.skipped) == {"duplicate_id": 1} and r.examples["duplicate_id"] == ["a-again"]
