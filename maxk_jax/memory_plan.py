@@ -32,6 +32,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from absl import flags
 
 from maxk_jax import sharding as sh
 from maxk_jax.models import qwen2
@@ -78,13 +79,11 @@ def planned_config(preset: str, *, layers: int, dtype: str, param_dtype: str,
     return qwen2.preset(preset, **overrides)
 
 
-def define_flags(*, param_dtype: str, results_dir: str, flag_values: Any = None) -> None:
+def define_flags(*, param_dtype: str, results_dir: str, flag_values: flags.FlagValues | None = None) -> None:
     """Defines the absl flags of the planned model and layouts both planners share: --preset,
     --layers, --dtype, --param_dtype (default ``param_dtype``), --remat, --layouts, --results_dir
     (default ``results_dir``), in ``flag_values`` (default ``absl.flags.FLAGS``). Called by the
     entry points only (importing this module defines no flag)."""
-    from absl import flags
-
     fv = flags.FLAGS if flag_values is None else flag_values
     flags.DEFINE_string("preset", "qwen2.5-coder-7b", f"Model preset, one of {sorted(qwen2.PRESETS)}.",
                         flag_values=fv)
@@ -102,12 +101,10 @@ def define_flags(*, param_dtype: str, results_dir: str, flag_values: Any = None)
                         flag_values=fv)
 
 
-def config_from_flags(num_devices: int, flag_values: Any = None) -> qwen2.Qwen2Config:
+def config_from_flags(num_devices: int, flag_values: flags.FlagValues | None = None) -> qwen2.Qwen2Config:
     """The model of --preset --layers --dtype --param_dtype --remat (`define_flags`; parsed
     ``flag_values``, default ``absl.flags.FLAGS``), after checking that JAX sees ``num_devices``
     devices and that every --layouts uses all of them (ValueError otherwise)."""
-    from absl import flags
-
     fv = flags.FLAGS if flag_values is None else flag_values
     check_device_count(num_devices)
     for layout in fv.layouts:

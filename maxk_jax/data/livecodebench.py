@@ -221,7 +221,8 @@ def reason_of(err: CaseDecodeError) -> str:
 
 
 def new_row_tests(row: Mapping[str, Any], meta_source: Any, starter_code: str, max_tests: int | None, *,
-                  pid: str, qid: Any, seen: set[str], report: LoadReport) -> tuple[Tests, dict[str, Any]] | None:
+                  pid: str, qid: Any, seen: set[str],
+                  report: LoadReport) -> tuple[Tests, dict[str, Any]] | None:
     """`lcb_row_tests` of a row that is to become Problem `pid`, with the loaders' bookkeeping.
 
     A row whose cases cannot be decoded is skipped under its reason, a `pid` already in `seen`
