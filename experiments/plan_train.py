@@ -155,7 +155,7 @@ def plan_layout(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str
     tx, schedule = training.make_optimizer(5e-6, total_steps=1000)
     state, shardings = training.abstract_train_state(config, tx, mesh)
     batch = abstract_batch(mesh, FLAGS.prompts * FLAGS.n, FLAGS.prompt_len, FLAGS.completion_len,
-                           cfg.kl_beta > 0)
+                           cfg.loss.kl_beta > 0)
     step = training.make_train_step(config, cfg, tx, mesh, shardings, schedule=schedule)
     t0 = time.perf_counter()
     compiled = step.lower(state, batch).compile()
@@ -201,7 +201,12 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     config = plan_memory.checked_config_from_flags()
-    cfg = training.StepConfig(estimator=FLAGS.estimator, k=FLAGS.k, n=FLAGS.n, kl_beta=FLAGS.kl_beta,
+    from maxk_jax.rl.losses import LossConfig
+    from maxk_jax.sampling import SamplerSettings
+
+    cfg = training.StepConfig(estimator=FLAGS.estimator, k=FLAGS.k,
+                              sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.completion_len),
+                              loss=LossConfig(kind=training.loss_kind(FLAGS.estimator), kl_beta=FLAGS.kl_beta),
                               micro_batches=FLAGS.micro_batches)
     for layout in FLAGS.layouts:   # validate every layout before the first (slow) compile
         sizes = plan_memory.layout_sizes(layout)
