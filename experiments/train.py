@@ -47,10 +47,7 @@ def main(argv: list[str]) -> None:
     from maxk_jax.rl import loop as rl_loop
     from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
 
-    try:   # the one conversion: ml_collections tree -> typed RunConfig (validated)
-        cfg = from_config_dict(FLAGS.config)
-    except ValueError as err:
-        raise app.UsageError(f"bad --config: {err}") from err
+    cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
     if FLAGS.validate_only:
         rl_loop.initialize_distributed(cfg)
         step = rl_loop.validate_config(cfg)
