@@ -297,7 +297,7 @@ def test_config_and_batch_errors(params):
     step = training.make_train_step(CONFIG, cfg, tx, mesh, sh)
     with pytest.raises(ValueError, match="micro_batches=3"):
         step.lower(abstract, make_batch(params, 7))
-    step = training.make_train_step(CONFIG, dataclasses.replace(cfg, micro_batches=1, kl_beta=0.1),
+    step = training.make_train_step(CONFIG, dataclasses.replace(cfg, micro_batches=1, loss=LossConfig(kl_beta=0.1)),
                                     tx, mesh, sh)
     with pytest.raises(ValueError, match="needs batch.ref_logp"):
         step.lower(abstract, make_batch(params, 7))
