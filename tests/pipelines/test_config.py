@@ -2,7 +2,7 @@
 cache rule, and the RL config derived from the pipeline config."""
 import pytest
 
-from maxk_jax.pipelines import default_config, toy_config
+from maxk_jax.pipelines import default_config
 from maxk_jax.pipelines import apply_overrides, rl_config, uses_judge_cache, validate_config
 
 

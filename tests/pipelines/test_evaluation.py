@@ -1,6 +1,6 @@
 """maxk_jax.pipelines.evaluation: the run's judge (cache on synthetic data only; only an owned
 judge is the caller's to close), and the evaluation sampling settings."""
-from maxk_jax.pipelines import default_config, toy_config
+from maxk_jax.pipelines import default_config
 from maxk_jax.sampling import SamplerSettings
 from maxk_jax.execution import CachingExecutor
 from maxk_jax.pipelines import apply_overrides, eval_settings, open_judge
