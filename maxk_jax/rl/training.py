@@ -63,7 +63,6 @@ from maxk_jax.models import qwen2
 from maxk_jax.sampling import SamplerSettings, top_k_mask, top_p_mask
 
 Params = Any
-LOSS_KINDS = ("auto",) + losses.KINDS
 DELTA_THRESHOLDS = (0.2, 0.5, 1.0)   # |delta| = |rho - 1| levels counted in the step metrics
 
 
