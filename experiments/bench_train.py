@@ -85,8 +85,12 @@ def jax_side(config: Any, params: Any, data: dict[str, np.ndarray], old_logp: np
     from maxk_jax.rl import training
 
 
-    cfg = training.StepConfig(estimator="grpo", k=1, n=FLAGS.n, eps_low=EPS, eps_high=EPS,
-                              compute_entropy=False)
+    from maxk_jax.rl.losses import LossConfig
+    from maxk_jax.sampling import SamplerSettings
+
+    cfg = training.StepConfig(estimator="grpo", k=1,
+                              sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.completion_len),
+                              loss=LossConfig(eps_low=EPS, eps_high=EPS), compute_entropy=False)
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(FLAGS.learning_rate))
     mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     box = {}
@@ -212,7 +216,10 @@ def main(argv: list[str]) -> None:
     rng = np.random.default_rng(FLAGS.seed)
     data = make_batch(rng, FLAGS.prompts, FLAGS.n, FLAGS.prompt_len, FLAGS.completion_len, FLAGS.vocab)
     # behaviour log-probs = current policy's + noise, so some tokens fall outside the trust region
-    cfg = training.StepConfig(estimator="grpo", k=1, n=FLAGS.n)
+    from maxk_jax.sampling import SamplerSettings
+
+    cfg = training.StepConfig(estimator="grpo", k=1,
+                              sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.completion_len))
     mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     b = data["tokens"].shape[0]
     probe = training.Batch(tokens=data["tokens"], attention_mask=data["attention_mask"],

@@ -61,7 +61,12 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     config = memory_plan.config_from_flags(NUM_DEVICES)
-    cfg = training.StepConfig(estimator=FLAGS.estimator, k=FLAGS.k, n=FLAGS.n, kl_beta=FLAGS.kl_beta,
+    from maxk_jax.rl.losses import LossConfig
+    from maxk_jax.sampling import SamplerSettings
+
+    cfg = training.StepConfig(estimator=FLAGS.estimator, k=FLAGS.k,
+                              sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.completion_len),
+                              loss=LossConfig(kind=training.loss_kind(FLAGS.estimator), kl_beta=FLAGS.kl_beta),
                               micro_batches=FLAGS.micro_batches)
     for layout in FLAGS.layouts:   # validate every layout before the first (slow) compile
         sizes = memory_plan.layout_sizes(layout, NUM_DEVICES)

@@ -10,8 +10,9 @@ Configs: experiments/configs/base.py:<method> (the paper's hyperparameters; meth
 table: grpo, bon_max_mean, bon_max_second, bon_loo1, bon_mean, maxk_offpolicy (default),
 maxk_offpolicy_is, maxk_offpolicy_exact, maxk, rloo, tang_loo, tang_loo_biased, tang_leave_p_out,
 tang_softmax, majority_vote) and experiments/configs/tiny_synthetic.py (laptop scale); any field
-can be overridden with --config.<field>=<value>.
-The config is validated (estimator, k <= n, mesh vs devices, batch vs data axis, micro-batches)
+can be overridden with --config.<field>=<value> (typed: --config.eval.ks='(1,2,4)',
+--config.algo.estimator_options="(('clamp_delta',0.5),)", --config.data.chat=true).
+The config is converted once to the typed maxk_jax.rl.run_config.RunConfig and validated (estimator, k <= n, mesh vs devices, batch vs data axis, micro-batches)
 before anything is loaded or compiled.  Outputs in config.output_dir: config.json,
 metrics.jsonl, tensorboard/, checkpoints/<step>/ (orbax), eval/step_<s>/ (if eval.interval).
 """
@@ -44,12 +45,13 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from maxk_jax.rl import loop as rl_loop
+    from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
 
-    cfg = FLAGS.config
+    cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
     if FLAGS.validate_only:
         rl_loop.initialize_distributed(cfg)
         step = rl_loop.validate_config(cfg)
-        print(json.dumps({"config": json.loads(cfg.to_json_best_effort()),
+        print(json.dumps({"config": json.loads(to_config_dict(cfg).to_json_best_effort()),
                           "loss_kind": step.kind}, indent=2))
         return
     record = rl_loop.run(cfg, resume=FLAGS.resume, progress=FLAGS.progress)

@@ -28,6 +28,7 @@ NB.colab_install(("bubblewrap",))
 
 
 code(r"""
+import dataclasses
 import tempfile
 import time
 
@@ -36,7 +37,7 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from maxk_jax import estimators, sharding
+from maxk_jax import estimators, sampling, sharding
 from maxk_jax.rl import rollout
 from maxk_jax.rl import training
 from maxk_jax.rl import warmup
@@ -135,8 +136,8 @@ judges the extracted programs in the sandbox and packs the training batch.
 """)
 
 code(r"""
-settings = rollout.RolloutSettings(n=8, max_new_tokens=48, temperature=1.0, top_p=1.0, top_k=0,
-                                   eos_ids=(tok.eos_token_id,), pad_id=tok.pad_token_id,
+sampler = sampling.SamplerSettings(n=8, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0)
+settings = rollout.RolloutSettings(sampler=sampler, eos_ids=(tok.eos_token_id,), pad_id=tok.pad_token_id,
                                    prompt_format="statement")
 ro = rollout.collect(config, base_params, tok, test[:4], executor, settings, jax.random.key(1))
 print("problem 0:", test[0].prompt)
@@ -177,7 +178,7 @@ loss, never multiplied by the PPO ratio again).
 """)
 
 code(r"""
-step_cfg = training.StepConfig(estimator="maxk_offpolicy", k=4, n=8, kl_beta=0.0)
+step_cfg = training.StepConfig(estimator="maxk_offpolicy", k=4, sampler=sampler)   # no KL term
 rl_steps, ppo_iterations = 4, 3
 tx, _ = training.make_optimizer(3e-4, total_steps=rl_steps * ppo_iterations)
 mesh = sharding.make_mesh(data=-1)
@@ -203,7 +204,7 @@ this few RL steps the difference is noise -- the point is the machinery.
 """)
 
 code(r"""
-eval_settings = rollout.RolloutSettings(**{**settings.__dict__, "n": 16})
+eval_settings = dataclasses.replace(settings, sampler=dataclasses.replace(sampler, n=16))
 runs = []
 for name, p in (("base", base_params), ("trained", state.params)):
     source = rollout.PromptCompletionSource(config, p, tok, eval_settings)

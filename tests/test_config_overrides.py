@@ -36,3 +36,14 @@ def test_override_paths_and_explain_use_the_given_config_file():
     assert message.startswith("--config.algo.bogus: config.algo has no field 'bogus'; valid fields: ")
     assert "estimator" in message and "kl_beta" in message
     assert config_overrides.explain(argv[:4], "config", default="/no/such/default.py") is None
+
+
+def test_the_removed_string_fields_get_a_clear_error():
+    """``algo.estimator_options_json`` (the former JSON-string field) is now the typed pairs of
+    ``algo.estimator_options``: an old command line names the new field."""
+    argv = ["prog", "--config", os.path.join(ROOT, "experiments/configs/base.py"),
+            "--config.algo.estimator_options_json={}"]
+    message = config_overrides.explain(argv, "config")
+    assert message.startswith("--config.algo.estimator_options_json: config.algo has no field "
+                              "'estimator_options_json'; valid fields: ")
+    assert message.endswith("(did you mean 'estimator_options'?)")

@@ -10,19 +10,25 @@ evaluation off by default (eval.* points at 32 synthetic test problems: set eval
 """
 import ml_collections
 
-from experiments.configs import base
+from maxk_jax.rl.config_dict import to_config_dict
+from maxk_jax.rl.run_config import RunConfig, replace_fields
+
+
+def get_run_config() -> RunConfig:
+    """The paper's defaults (maxk_offpolicy) with tiny-scale sizes."""
+    return replace_fields(RunConfig(), {
+        "name": "tiny_synthetic",
+        "data.dataset": "synthetic",
+        "data.prompt_format": "statement",   # the format maxk_jax.rl.warmup trains the tiny model on
+        "model.compute_dtype": "float32", "model.remat": False,   # CPU: float32 math, no remat needed
+        "rollout.prompts": 8, "rollout.sampler.n": 8, "rollout.sampler.max_new_tokens": 64,
+        "optim.learning_rate": 1e-3,
+        "mesh.data": -1, "mesh.fsdp": 1, "mesh.tensor": 1,
+        "checkpoint.interval": 10, "checkpoint.keep": 2,
+        "eval.dataset": "synthetic", "eval.split": "test", "eval.limit": 32, "eval.sampler.n": 8,
+        "eval.sampler.max_new_tokens": 64})
 
 
 def get_config() -> ml_collections.ConfigDict:
-    """base.make("maxk_offpolicy") with tiny-scale sizes."""
-    c = base.make("maxk_offpolicy")
-    c.name = "tiny_synthetic"
-    c.data.dataset = "synthetic"
-    c.data.prompt_format = "statement"   # the format maxk_jax.rl.warmup trains the tiny model on
-    c.model.update(compute_dtype="float32", remat=False)   # CPU: float32 math, no remat needed
-    c.rollout.update(prompts=8, n=8, max_new_tokens=64)
-    c.optim.update(learning_rate=1e-3)
-    c.mesh.update(data=-1, fsdp=1, tensor=1)
-    c.checkpoint.update(interval=10, keep=2)
-    c.eval.update(dataset="synthetic", split="test", limit=32, n=8, max_new_tokens=64)
-    return c
+    """`get_run_config` as the command line's ConfigDict."""
+    return to_config_dict(get_run_config())

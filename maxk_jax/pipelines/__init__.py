@@ -16,8 +16,9 @@ from maxk_jax.pipelines.base_model import (BASE_FORMAT_VERSION, base_key, build_
 from maxk_jax.pipelines.compare import (TRAIN_STATS, aggregate, comparison_settings, results_markdown,
                                         run_comparison, training_stats)
 from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
-from maxk_jax.pipelines.config import (apply_overrides, rl_config, synthetic_config, uses_judge_cache,
-                                       validate_config, warmup_config)
+from maxk_jax.pipelines.config import (apply_overrides, default_config, distributed_settings, rl_config,
+                                       rl_defaults, rl_run_config, synthetic_config, toy_config,
+                                       uses_judge_cache, validate_config, warmup_config)
 from maxk_jax.pipelines.evaluation import eval_problems, eval_settings, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.methods import (REFERENCE, TABLE2_METHODS, VARIANTS, MethodEntry, MethodSpec,
                                         MethodTable, apply_method, method_spec, validate_methods)
@@ -27,9 +28,9 @@ from maxk_jax.pipelines.tiny import report_markdown, run_pipeline
 __all__ = [
     "BASE_FORMAT_VERSION", "REFERENCE", "TABLE2_METHODS", "TRAIN_STATS", "VARIANTS", "MethodEntry",
     "MethodSpec", "MethodTable", "PhaseTimer", "aggregate", "apply_method", "apply_overrides", "base_key",
-    "build_base", "comparison_settings", "eval_problems", "eval_settings", "evaluate_model", "lead_first",
+    "build_base", "comparison_settings", "default_config", "distributed_settings", "eval_problems", "eval_settings", "evaluate_model", "lead_first",
     "load_trained", "method_spec", "open_judge", "plot_frontier", "plot_max_at_k", "prepare_base",
-    "prepare_data", "report_markdown", "results_markdown", "rl_config", "run_comparison", "run_pipeline",
-    "settings_hash", "synthetic_config", "training_stats", "uses_judge_cache", "validate_config",
+    "prepare_data", "report_markdown", "results_markdown", "rl_config", "rl_defaults", "rl_run_config",
+    "run_comparison", "run_pipeline", "settings_hash", "synthetic_config", "toy_config", "training_stats", "uses_judge_cache", "validate_config",
     "validate_methods", "warmup_config", "write_json",
 ]

@@ -10,6 +10,7 @@ Outputs of `run_comparison` in ``<runs_dir>/<name>/``: ``results.md`` (the table
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -183,7 +184,7 @@ def comparison_settings(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence
     config without the run name, runs directory and the per-method RL fields, plus methods, seeds
     and large_k."""
     shared = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "runs_dir")}
-    for key in ("estimator", "loss_kind", "estimator_options_json"):   # set per method
+    for key in ("estimator", "loss_kind", "estimator_options"):   # set per method
         shared["rl"]["algo"].pop(key, None)
     return {"config": shared, "methods": list(methods), "seeds": list(seeds), "large_k": large_k}
 
@@ -257,8 +258,8 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
                         run_cfg = ConfigDict(cfg.to_dict())
                         run_cfg.seed = seed
                         apply_method(run_cfg, method, method_table)
-                        rcfg = rl_config(run_cfg, model_path, rl_dir, train_path)
-                        rcfg.name = f"{method}/seed{seed}"
+                        rcfg = dataclasses.replace(rl_config(run_cfg, model_path, rl_dir, train_path),
+                                                   name=f"{method}/seed{seed}")
                         timer.run(f"rl {method} seed {seed}", lambda: rl_loop.run(rcfg, executor=judge,
                                                                                   progress=progress))
                 runs[method][seed] = evaluated(eval_dir, lambda: load_trained(rl_dir, model_path).params,

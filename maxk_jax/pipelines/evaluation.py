@@ -39,11 +39,14 @@ def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer:
     if cfg.data.dataset == "synthetic":
         problems = list(test)
     else:
+        import dataclasses
+
+        from maxk_jax.pipelines.config import rl_run_config
         from maxk_jax.rl import loop as rl_loop
 
-        spec = ConfigDict(cfg.rl.eval.to_dict())
-        spec.update(dataset=cfg.data.dataset, path=cfg.data.path, split=cfg.data.eval_split,
-                    options_json=cfg.data.options_json, problems="", limit=0)
+        spec = dataclasses.replace(rl_run_config(cfg).eval, dataset=cfg.data.dataset, path=cfg.data.path,
+                                   split=cfg.data.eval_split, options_json=cfg.data.options_json,
+                                   problems="", limit=0)
         problems = rl_loop.load_problem_set(spec, tokenizer)
     if len(problems) < cfg.eval.num_problems:
         logging.warning("only %d evaluation problems (eval.num_problems=%d)", len(problems), cfg.eval.num_problems)
@@ -55,12 +58,13 @@ def eval_settings(cfg: ConfigDict, model_config: Qwen2Config, tokenizer: Tokeniz
     format as in RL: bare statements for the tiny model, full prompts for a HF checkpoint)."""
     from maxk_jax.eval.run import default_eos_ids
     from maxk_jax.rl.rollout import RolloutSettings
+    from maxk_jax.sampling import SamplerSettings
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model_config.pad_token_id or 0)
     fmt = "statement" if (cfg.data.dataset == "synthetic" and not cfg.model.path) else "full"
-    return RolloutSettings(n=cfg.eval.n, max_new_tokens=cfg.eval.max_new_tokens, temperature=cfg.eval.temperature,
-                           top_p=cfg.eval.top_p, top_k=cfg.eval.top_k,
-                           eos_ids=tuple(default_eos_ids(model_config, tokenizer)), pad_id=int(pad),
+    sampler = SamplerSettings(n=cfg.eval.n, max_new_tokens=cfg.eval.max_new_tokens,
+                              temperature=cfg.eval.temperature, top_k=cfg.eval.top_k, top_p=cfg.eval.top_p)
+    return RolloutSettings(sampler=sampler, eos_ids=tuple(default_eos_ids(model_config, tokenizer)), pad_id=int(pad),
                            prompt_format=fmt)
 
 

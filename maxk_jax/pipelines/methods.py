@@ -1,23 +1,23 @@
 """Named methods of the comparison: which estimator, loss form, estimator options and RL config
 overrides a method name stands for.
 
-A method is an entry of a method table -- ``{name: (estimator, loss form, estimator options)}``,
-the run config's ``METHODS`` (experiments/configs/base.py), passed in by the caller -- or one of
-the comparison-only `VARIANTS` below, or any other registry estimator name (its defaults, loss
-form "auto").
+A method is an entry of a method table -- ``{name: maxk_jax.rl.run_config.Method(estimator,
+options, loss_kind)}``, the run config's ``METHODS`` (experiments/configs/base.py), passed in by
+the caller -- or one of the comparison-only `VARIANTS` below, or any other registry estimator name
+(its defaults, loss form "auto" = the registry's).
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ml_collections import ConfigDict
 
 from maxk_jax.pipelines.config import validate_config
+from maxk_jax.rl.run_config import Method
 
-# (estimator, loss form "auto" | "clipped" | "is_weighted", estimator options)
-MethodEntry = tuple[str, str, Mapping[str, Any]]
+# Method(estimator, estimator options, loss form "auto" | "clipped" | "is_weighted")
+MethodEntry = Method
 MethodTable = Mapping[str, MethodEntry]
 # (estimator, loss form, estimator options, rl config overrides as dotted paths under cfg.rl)
 MethodSpec = tuple[str, str, dict[str, Any], dict[str, Any]]
@@ -43,10 +43,10 @@ def method_spec(method: str, method_table: MethodTable) -> MethodSpec:
         if parent not in method_table:
             raise ValueError(f"method {method!r} is a variant of {parent!r}, which the method table lacks "
                              f"(it has: {', '.join(sorted(method_table))})")
-        estimator, loss_kind, options = method_table[parent]
-        return estimator, loss_kind, {**options, **extra}, dict(overrides)
-    estimator, loss_kind, options = method_table.get(method, (method, "auto", {}))
-    return estimator, loss_kind, dict(options), {}
+        entry = method_table[parent]
+        return entry.estimator, entry.loss_kind, {**dict(entry.options), **extra}, dict(overrides)
+    entry = method_table.get(method, Method(method))
+    return entry.estimator, entry.loss_kind, dict(entry.options), {}
 
 
 def apply_method(cfg: ConfigDict, method: str, method_table: MethodTable) -> None:
@@ -55,7 +55,7 @@ def apply_method(cfg: ConfigDict, method: str, method_table: MethodTable) -> Non
     estimator, loss_kind, options, overrides = method_spec(method, method_table)
     cfg.rl.algo.estimator = estimator
     cfg.rl.algo.loss_kind = loss_kind
-    cfg.rl.algo.estimator_options_json = json.dumps(options, sort_keys=True)
+    cfg.rl.algo.estimator_options = tuple(sorted(options.items()))
     for path, value in overrides.items():
         *parents, leaf = path.split(".")
         node = cfg.rl

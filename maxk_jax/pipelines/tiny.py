@@ -23,7 +23,7 @@ from ml_collections import ConfigDict
 
 from maxk_jax.execution import Executor
 from maxk_jax.pipelines.base_model import prepare_base, prepare_data
-from maxk_jax.pipelines.config import rl_config, uses_judge_cache, validate_config
+from maxk_jax.pipelines.config import distributed_settings, rl_config, uses_judge_cache, validate_config
 from maxk_jax.pipelines.evaluation import eval_problems, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.phases import PhaseTimer, lead_first, write_json
 
@@ -75,7 +75,7 @@ def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = T
     from maxk_jax.models.tokenizer import load_tokenizer
     from maxk_jax.rl import loop as rl_loop
 
-    rl_loop.initialize_distributed(cfg)   # before anything asks jax for its devices
+    rl_loop.initialize_distributed(distributed_settings(cfg))   # before anything asks jax for its devices
     validate_config(cfg)
     lead = jax.process_index() == 0       # multi-host: process 0 owns the run directory
     multi = jax.process_count() > 1

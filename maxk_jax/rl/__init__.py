@@ -5,7 +5,10 @@ coefficients and the PPO losses (``losses``) inside the jitted train step (``tra
 loop (``loop``: setup, steps, checkpoints, metrics via ``metrics_log``).  ``warmup`` is the
 supervised warm-up of the tiny policy.
 
-Modules: ``losses`` (clipped surrogate, IS-weighted form, KL, entropy), ``training``
-(StepConfig, Batch, TrainState, make_train_step), ``rollout`` (RolloutSettings, collect),
-``loop`` (run, validate_config), ``warmup``, ``metrics_log``.
+Modules: ``run_config`` (the typed RunConfig of a run: frozen sections composing
+``sampling.SamplerSettings``, ``losses.LossConfig`` and ``sharding.MeshConfig``), ``config_dict``
+(RunConfig <-> the command line's ml_collections ConfigDict), ``config`` (validate_config: the
+device checks; the settings derived from a RunConfig), ``losses`` (clipped surrogate, IS-weighted
+form, KL, entropy), ``training`` (StepConfig, Batch, TrainState, make_train_step), ``rollout``
+(RolloutSettings, collect), ``loop`` (run, validate_config), ``warmup``, ``metrics_log``.
 """

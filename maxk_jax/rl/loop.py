@@ -1,7 +1,10 @@
 """The RL loop: sample -> execute -> estimate -> PPO iterations -> evaluate -> checkpoint.
 
-    cfg = experiments.configs.base.get_config("maxk_offpolicy"); cfg.model.path = ...; cfg.output_dir = ...
+    cfg = RunConfig(model=ModelSettings(path=...), output_dir=..., ...)   # maxk_jax.rl.run_config
     summary = run(cfg, resume=False)          # = setup(...) once, then rl_step(...) per step
+
+(the absl main experiments/train.py converts its ml_collections config once:
+``run(from_config_dict(FLAGS.config))``)
 
 One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
   1. the next ``rollout.prompts`` problems of the data stream (epoch e = a permutation of the
@@ -50,7 +53,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
 from maxk_jax import checkpoint as ckpt_lib
@@ -64,6 +66,8 @@ from maxk_jax.execution import Executor, JudgeCounter
 from maxk_jax.rl import config as config_lib
 from maxk_jax.rl.config import (initialize_distributed, num_rl_steps, step_config,  # noqa: F401
                                 train_ks, validate_config)                       # (public here too)
+from maxk_jax.rl.config_dict import to_config_dict
+from maxk_jax.rl.run_config import ProblemSource, RunConfig
 from maxk_jax.rl.metrics_log import MetricsLogger
 from maxk_jax.models.tokenizer_protocol import Tokenizer
 
@@ -72,7 +76,7 @@ EvalFn = Callable[[Any, int], dict[str, float]]
 
 # ------------------------------------------------------------------ data --------------------
 
-def load_problem_set(spec: ConfigDict, tokenizer: Tokenizer) -> list[Problem]:
+def load_problem_set(spec: ProblemSource, tokenizer: Tokenizer) -> list[Problem]:
     """Problems of a data spec (fields dataset, path, split, problems, options_json, limit,
     synthetic_*): a Problem JSONL cache, the synthetic family, or any ``load_dataset`` name."""
     if spec.problems:
@@ -142,7 +146,7 @@ def _mean_over_iterations(per_iter: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Tokenizer, executor: Executor,
+def make_eval_fn(cfg: RunConfig, model_config: Any, tokenizer: Tokenizer, executor: Executor,
                  mesh: jax.sharding.Mesh, settings: rollout_lib.RolloutSettings) -> EvalFn | None:
     """``eval_fn(params, rl_step) -> {"eval/pass_at_k/<k>": ..., "eval/max_at_k/<k>": ...}``:
     ``maxk_jax.eval.run.run_evaluation`` on the ``eval.*`` problems with the rollout's prompt
@@ -157,17 +161,16 @@ def make_eval_fn(cfg: ConfigDict, model_config: Any, tokenizer: Tokenizer, execu
     problems = load_problem_set(cfg.eval, tokenizer)
     ks = config_lib.eval_ks(cfg)
     key = jax.random.key(cfg.eval.seed)
-    eval_settings = dataclasses.replace(
-        settings, n=cfg.eval.n, max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
-        temperature=cfg.eval.temperature, top_p=cfg.eval.top_p, top_k=cfg.eval.top_k)
+    eval_settings = dataclasses.replace(settings, sampler=config_lib.eval_sampler(cfg))
+    n = cfg.eval.sampler.n
 
     def eval_fn(params: Any, rl_step: int) -> dict[str, float]:
         source = rollout_lib.PromptCompletionSource(model_config, params, tokenizer, eval_settings, mesh)
-        result = run_evaluation(problems, source, executor=executor, n=cfg.eval.n, key=key, ks=ks,
+        result = run_evaluation(problems, source, executor=executor, n=n, key=key, ks=ks,
                                 host=multihost.batch_block(mesh),
                                 batch_size=cfg.eval.batch_size, sandbox_retries=cfg.rollout.sandbox_retries,
                                 progress=False, config={"rl_step": rl_step, "run_name": f"{cfg.name}@{rl_step}",
-                                                        "n": cfg.eval.n})
+                                                        "n": n})
         if jax.process_index() == 0:
             write_report(result, os.path.join(cfg.output_dir, "eval", f"step_{rl_step}"))
         means = result.means()
@@ -182,7 +185,7 @@ class RunContext:
     """Everything the steps of one run share, built once by `setup` (then only ``state`` and
     ``rng`` change, in `run`)."""
 
-    cfg: ConfigDict
+    cfg: RunConfig
     mesh: jax.sharding.Mesh
     model_config: Any
     tokenizer: Tokenizer
@@ -202,7 +205,7 @@ class RunContext:
     rng: jax.Array
 
 
-def setup(cfg: ConfigDict, stack: contextlib.ExitStack, *, resume: bool = False,
+def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
           executor: Executor | None = None, eval_fn: EvalFn | None = None) -> RunContext:
     """Validate, build the mesh, load tokenizer / weights / problems, restore or create the train
     state, compile the step functions, open the executor and the metrics logger (registered on
@@ -228,7 +231,7 @@ def setup(cfg: ConfigDict, stack: contextlib.ExitStack, *, resume: bool = False,
 
     model_dir = os.path.abspath(cfg.model.path)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir)
-    need_weights = cfg.algo.kl_beta > 0 or not restoring
+    need_weights = cfg.algo.loss.kl_beta > 0 or not restoring
     overrides = {"remat": cfg.model.remat}
     if need_weights:
         model_config, params = convert.load_hf(model_dir, cfg.model.dtype, mesh=mesh, **overrides)
@@ -258,7 +261,7 @@ def setup(cfg: ConfigDict, stack: contextlib.ExitStack, *, resume: bool = False,
     else:
         state, _ = training.create_train_state(model_config, params, tx, mesh)
         start, rng = 0, jax.random.key(cfg.seed)
-    ref_params = params if cfg.algo.kl_beta > 0 else None
+    ref_params = params if cfg.algo.loss.kl_beta > 0 else None
     del params
     train_step = training.make_train_step(model_config, cfg_step, tx, mesh, shardings,
                                           schedule=schedule)
@@ -274,13 +277,13 @@ def setup(cfg: ConfigDict, stack: contextlib.ExitStack, *, resume: bool = False,
     lead = jax.process_index() == 0
     logger = MetricsLogger(cfg.output_dir, tensorboard=cfg.log.tensorboard,
                            wandb_project=cfg.log.wandb_project or None, run_name=cfg.name,
-                           run_config=cfg.to_dict(),
+                           run_config=to_config_dict(cfg).to_dict(),
                            resume_step=start if restoring else None) if lead else None
     if logger is not None:
         stack.callback(logger.close)
     if lead:
         with open(os.path.join(cfg.output_dir, "config.json"), "w", encoding="utf-8") as f:
-            f.write(cfg.to_json_best_effort(indent=2))
+            f.write(to_config_dict(cfg).to_json_best_effort(indent=2))
     return RunContext(cfg=cfg, mesh=mesh, model_config=model_config, tokenizer=tokenizer,
                       problems=problems, total=total, start=start, executor=executor,
                       settings=settings, train_step=train_step, ref_fn=ref_fn, ref_params=ref_params,
@@ -288,15 +291,17 @@ def setup(cfg: ConfigDict, stack: contextlib.ExitStack, *, resume: bool = False,
                       state=state, rng=rng)
 
 
-def run(cfg: ConfigDict, *, resume: bool = False, executor: Executor | None = None,
+def run(cfg: RunConfig, *, resume: bool = False, executor: Executor | None = None,
         eval_fn: EvalFn | None = None, progress: bool = True) -> dict[str, Any]:
-    """Train with ``cfg`` (see experiments/configs/base.py); returns the last metrics record.
+    """Train with the run config ``cfg`` (``maxk_jax.rl.run_config.RunConfig``; the paper's
+    settings per method: experiments/configs/base.py); returns the last metrics record.
 
     executor: an ``Executor`` (default ``make_executor(cfg.rollout.executor)``, closed at the
     end). eval_fn: replaces the ``eval.*`` evaluation (``make_eval_fn``).
     """
     with contextlib.ExitStack() as stack:   # closes checkpointer, executor, logger, bar
         ctx = setup(cfg, stack, resume=resume, executor=executor, eval_fn=eval_fn)
+        config_json = to_config_dict(cfg).to_json_best_effort()
         record: dict[str, Any] = {}
         checkpoint_s = 0.0
         bar = stack.enter_context(tqdm(range(ctx.start, ctx.total), initial=ctx.start, total=ctx.total,
@@ -310,7 +315,7 @@ def run(cfg: ConfigDict, *, resume: bool = False, executor: Executor | None = No
                 ctx.checkpointer.save(step + 1, _to_ckpt(ctx.state), {
                     "rl_step": step + 1, "data_position": (step + 1) * cfg.rollout.prompts,
                     "rng": ckpt_lib.encode_prng_key(ctx.rng), "model_dir": ctx.model_dir,
-                    "config_json": cfg.to_json_best_effort()})
+                    "config_json": config_json})
             checkpoint_s = time.perf_counter() - t0
             bar.set_postfix(reward=_fmt(record.get("reward/mean")), loss=_fmt(record.get("ppo/loss")))
     return record
@@ -351,7 +356,7 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
                 f"step {step}, PPO iteration {it}: estimator {cfg.algo.estimator!r} gave {int(bad)} "
                 f"non-finite coefficients (largest |sequence log-ratio| "
                 f"{per_iter[-1].get('is_log_ratio_abs_max', float('nan')):.4g}); set "
-                "algo.estimator_options clamp_delta or lower the learning rate")
+                "clamp_delta in algo.estimator_options or lower the learning rate")
     train_s = time.perf_counter() - t0
     metrics.update(_mean_over_iterations(per_iter))
     eval_s = 0.0

@@ -1,6 +1,6 @@
 """One RL rollout: sample n completions per prompt -> extract code -> judge -> training Batch.
 
-    settings = RolloutSettings(n=8, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
+    settings = RolloutSettings(sampler=sampling.SamplerSettings(n=8, max_new_tokens=256),
                                eos_ids=(151645,), pad_id=151643)
     ro = collect(config, params, tokenizer, problems, executor, settings, key, mesh=mesh)
     ro.batch          # training.Batch of numpy arrays, B = P*n rows (prompt-major)
@@ -50,13 +50,11 @@ PROMPT_FORMATS = ("full", "statement")
 
 @dataclasses.dataclass(frozen=True)
 class RolloutSettings:
-    """Sampling / judging settings of a rollout (see ``sampling.generate``)."""
+    """Sampling / judging settings of a rollout (see ``sampling.generate``): the sampler's
+    settings (n, max_new_tokens, temperature, top_k, top_p), stop and pad ids, sandbox retries,
+    the prompt bucket and the prompt format."""
 
-    n: int
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    top_k: int
+    sampler: sampling.SamplerSettings
     eos_ids: tuple[int, ...]
     pad_id: int
     sandbox_retries: int = 1
@@ -134,8 +132,9 @@ class PromptCompletionSource:
         s = self.settings
         prompts, inside = encode_problems(problems, self.tokenizer, s.prompt_format, dict(s.render_kwargs))
         out = sampling.generate(self.config, self.params, prompts, n=int(keys.shape[1]),
-                                max_new_tokens=s.max_new_tokens, key=keys, temperature=s.temperature,
-                                top_p=s.top_p, top_k=s.top_k, eos_id=list(s.eos_ids), pad_id=s.pad_id,
+                                max_new_tokens=s.sampler.max_new_tokens, key=keys,
+                                temperature=s.sampler.temperature, top_p=s.sampler.top_p,
+                                top_k=s.sampler.top_k, eos_id=list(s.eos_ids), pad_id=s.pad_id,
                                 mesh=self.mesh, min_prompt_bucket=s.min_prompt_bucket)
         tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
         return [Completions(t, tuple(int(x) for x in lengths[i]), inside[i])
@@ -201,7 +200,7 @@ def _rewards(results: Sequence[ProblemResult]) -> tuple[np.ndarray, ...]:
 def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Tokenizer, problems: Sequence[Problem],
             executor: Executor, settings: RolloutSettings, key: jax.Array, *,
             mesh: jax.sharding.Mesh | None = None) -> Rollout:
-    """Sample ``settings.n`` completions of every problem with ``key``, judge them, build the Batch.
+    """Sample ``settings.sampler.n`` completions of every problem with ``key``, judge them, build the Batch.
 
     Sample j of problem i uses ``jax.random.split(key, (P, n))[i, j]``. On a ``mesh`` spanning
     several processes every host passes the same ``problems`` and ``key`` but samples, judges and
@@ -217,11 +216,12 @@ def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Tokenizer, proble
                                               dict(settings.render_kwargs))
     first, stop = multihost.host_row_range(len(problems), mesh)
     problems, prompts, inside = problems[first:stop], all_prompts[first:stop], all_inside[first:stop]
-    keys = jax.random.split(key, (len(all_prompts), settings.n))[first:stop]
-    out = sampling.generate(config, params, prompts, n=settings.n,
-                            max_new_tokens=settings.max_new_tokens, key=keys,
-                            temperature=settings.temperature, top_p=settings.top_p,
-                            top_k=settings.top_k, eos_id=list(settings.eos_ids),
+    sampler = settings.sampler
+    keys = jax.random.split(key, (len(all_prompts), sampler.n))[first:stop]
+    out = sampling.generate(config, params, prompts, n=sampler.n,
+                            max_new_tokens=sampler.max_new_tokens, key=keys,
+                            temperature=sampler.temperature, top_p=sampler.top_p,
+                            top_k=sampler.top_k, eos_id=list(settings.eos_ids),
                             pad_id=settings.pad_id, mesh=mesh,
                             min_prompt_bucket=settings.min_prompt_bucket)
     tokens, logprobs, mask, lengths, finished = (np.asarray(x) for x in jax.device_get(
@@ -235,7 +235,7 @@ def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Tokenizer, proble
                                 sandbox_retries=settings.sandbox_retries, keep_behaviours=True)
     judge_s = time.perf_counter() - start
     rewards, passed, total = _rewards(results)
-    ids = answer_ids([r.behaviours for r in results], settings.n)
+    ids = answer_ids([r.behaviours for r in results], sampler.n)
     bucket = sampling.next_pow2(max(len(x) for x in all_prompts), settings.min_prompt_bucket)
     batch = build_batch(prompts, tokens, logprobs, mask, rewards, ids, pad_id=settings.pad_id,
                         min_prompt_bucket=bucket)

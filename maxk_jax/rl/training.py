@@ -1,6 +1,8 @@
 """Functional PPO training step for every registered estimator: TrainState, Batch, train_step.
 
-    cfg = StepConfig(estimator="maxk_offpolicy", k=4, n=8, kl_beta=0.01, micro_batches=2)
+    cfg = StepConfig(estimator="maxk_offpolicy", k=4, micro_batches=2,
+                     sampler=SamplerSettings(n=8, max_new_tokens=256),
+                     loss=LossConfig(kl_beta=0.01))
     tx, schedule = make_optimizer(5e-6, total_steps=1000)
     mesh = sharding.make_mesh(data=-1)
     state, shardings = create_train_state(model_config, params, tx, mesh)
@@ -16,8 +18,8 @@ incl. the EOS token), ``old_logp [B, T]`` (behaviour log-probs from the sampler)
 AND the loss, and counted in ``masked_samples``), ``answer_ids [B]`` (majority_vote only),
 ``ref_logp [B, T]`` (reference policy, needed when kl_beta > 0; see ``make_logprob_fn``).
 
-Loss form (``loss_kind``): "auto" takes the estimator's registry default
-(``estimator_info(name).loss_form``), which is the clipped surrogate eq. 4 for every estimator --
+Loss form (``StepConfig.loss.kind``; ``loss=None`` takes the estimator's registry default
+``estimator_info(name).loss_form``), which is the clipped surrogate eq. 4 for every estimator --
 what the max@k paper's pipeline does, off-policy BoN included (z-scored r~' as A_i, times the PPO
 ratio).  "is_weighted" selects the gradient of the §3.3 derivation instead: the off-policy
 coefficients c_i already contain the importance weights, so −sg(c_i)·log π_θ with the PPO
@@ -45,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import flax
@@ -57,10 +60,9 @@ from maxk_jax.rl import logprobs, losses
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.models import qwen2
-from maxk_jax.sampling import top_k_mask, top_p_mask
+from maxk_jax.sampling import SamplerSettings, top_k_mask, top_p_mask
 
 Params = Any
-LOSS_KINDS = ("auto",) + losses.KINDS
 DELTA_THRESHOLDS = (0.2, 0.5, 1.0)   # |delta| = |rho - 1| levels counted in the step metrics
 
 
@@ -73,76 +75,72 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class StepConfig:
-    """Static settings of one train step (frozen, hashable).
+    """Static settings of one train step (frozen, hashable, keyword-only).
 
     estimator / estimator_options / k: the registry entry and its static k (1 <= k <= n);
-    n: samples per prompt; eps_low, eps_high, kl_beta, kl_estimator, aggregation, entropy_coef,
-    norm_length: see ``losses.LossConfig``; temperature (> 0), top_p (0, 1], top_k (>= 0): the
-    sampling distribution the policy log-probs are computed under; micro_batches: gradient
-    accumulation steps (must divide the number of prompts); loss_kind: "auto" (``loss_kind``) or
-    force "clipped" / "is_weighted"; compute_entropy: entropy metric (a softmax pass over V).
+    sampler: the ``sampling.SamplerSettings`` the rollout sampled with -- n (samples per prompt)
+    and the distribution the policy log-probs are computed under (temperature > 0, top_p in
+    (0, 1], top_k >= 0); loss: the ``losses.LossConfig`` (None = the defaults with the estimator's
+    registry loss form, ``loss_kind(estimator)``; its ``kind`` is the form used); micro_batches:
+    gradient accumulation steps (must divide the number of prompts); compute_entropy: entropy
+    metric (a softmax pass over V); logprob_chunk: vocabulary columns per chunk of the log-prob
+    pass (``logprobs.completion_logprobs``'s vocab_chunk; None = ``logprobs.pick_vocab_chunk(V)``).
     """
 
     estimator: str
     k: int
-    n: int
+    sampler: SamplerSettings
     estimator_options: tuple[tuple[str, Any], ...] = ()
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    kl_beta: float = 0.0
-    kl_estimator: str = "k3"
-    aggregation: str = "sequence"
-    entropy_coef: float = 0.0
-    norm_length: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    loss: losses.LossConfig | None = None
     micro_batches: int = 1
-    loss_kind: str = "auto"
     compute_entropy: bool = True
+    logprob_chunk: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.estimator_options, dict):
+        if isinstance(self.estimator_options, Mapping):
             object.__setattr__(self, "estimator_options", tuple(sorted(self.estimator_options.items())))
-        if not _is_int(self.n) or self.n < 1:
-            raise ValueError(f"n={self.n!r} must be an int >= 1 (samples per prompt)")
-        if not _is_int(self.k) or not 1 <= self.k <= self.n:
-            raise ValueError(f"k={self.k!r} must be an int with 1 <= k <= n={self.n}")
-        if self.loss_kind not in LOSS_KINDS:
-            raise ValueError(f"loss_kind={self.loss_kind!r} is not one of {LOSS_KINDS}")
-        if not (isinstance(self.temperature, numbers.Real) and math.isfinite(self.temperature)
-                and self.temperature > 0):
-            raise ValueError(f"temperature={self.temperature!r} must be a finite number > 0 for "
+        if self.loss is None:
+            object.__setattr__(self, "loss", losses.LossConfig(kind=loss_kind(self.estimator)))
+        if not isinstance(self.sampler, SamplerSettings):
+            raise ValueError(f"sampler={self.sampler!r} must be a sampling.SamplerSettings")
+        if not isinstance(self.loss, losses.LossConfig):
+            raise ValueError(f"loss={self.loss!r} must be a losses.LossConfig")
+        s = self.sampler
+        if not _is_int(s.n) or s.n < 1:
+            raise ValueError(f"n={s.n!r} must be an int >= 1 (samples per prompt)")
+        if not _is_int(self.k) or not 1 <= self.k <= s.n:
+            raise ValueError(f"k={self.k!r} must be an int with 1 <= k <= n={s.n}")
+        if not (isinstance(s.temperature, numbers.Real) and math.isfinite(s.temperature)
+                and s.temperature > 0):
+            raise ValueError(f"temperature={s.temperature!r} must be a finite number > 0 for "
                              "training (greedy sampling has no policy gradient)")
-        if not (isinstance(self.top_p, numbers.Real) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k!r} must be an int >= 0 (0 = off)")
+        if not (isinstance(s.top_p, numbers.Real) and 0 < s.top_p <= 1):
+            raise ValueError(f"top_p={s.top_p!r} must be in (0, 1]")
+        if not _is_int(s.top_k) or s.top_k < 0:
+            raise ValueError(f"top_k={s.top_k!r} must be an int >= 0 (0 = off)")
         if not _is_int(self.micro_batches) or self.micro_batches < 1:
             raise ValueError(f"micro_batches={self.micro_batches!r} must be an int >= 1")
-        self.loss_config  # noqa: B018  (validates eps / kl / aggregation)
+        if self.logprob_chunk is not None and (not _is_int(self.logprob_chunk) or self.logprob_chunk < 1):
+            raise ValueError(f"logprob_chunk={self.logprob_chunk!r} must be an int >= 1 or None")
         fn = self.estimator_fn()
-        rows = jax.ShapeDtypeStruct((1, self.n), jnp.float32)
+        rows = jax.ShapeDtypeStruct((1, s.n), jnp.float32)
         try:  # abstract evaluation only: checks k against the estimator's own minimum, no compile
             jax.eval_shape(lambda r: fn(r, k=self.k, log_ratio=r, mask=r > 0,
                                         answer_ids=r.astype(jnp.int32)), rows)
         except ValueError as err:
-            raise ValueError(f"estimator {self.estimator!r} rejects k={self.k}, n={self.n}: {err}") from err
+            raise ValueError(f"estimator {self.estimator!r} rejects k={self.k}, n={s.n}: {err}") from err
+
+    @property
+    def n(self) -> int:
+        """Samples per prompt (``sampler.n``)."""
+        return self.sampler.n
 
     @property
     def kind(self) -> str:
-        """The loss form actually used: "clipped" or "is_weighted"."""
-        return loss_kind(self.estimator) if self.loss_kind == "auto" else self.loss_kind
-
-    @property
-    def loss_config(self) -> losses.LossConfig:
-        """The ``losses.LossConfig`` of this step."""
-        return losses.LossConfig(kind=self.kind, eps_low=self.eps_low, eps_high=self.eps_high,
-                                 kl_beta=self.kl_beta, kl_estimator=self.kl_estimator,
-                                 aggregation=self.aggregation, entropy_coef=self.entropy_coef,
-                                 norm_length=self.norm_length)
+        """The loss form actually used: "clipped" or "is_weighted" (``loss.kind``)."""
+        return self.loss.kind
 
     def estimator_fn(self) -> Callable[..., jax.Array]:
         """``get_estimator(estimator, **estimator_options)`` (ValueError for unknown names)."""
@@ -310,7 +308,8 @@ def policy_logprobs(model_config: qwen2.Qwen2Config, cfg: StepConfig, params: Pa
     ``truncated_logprobs(completion_logits(...), ...)`` (today's reference path)."""
     return logprobs.completion_logprobs(
         model_config, params, batch.tokens, batch.attention_mask, batch.completion_len,
-        temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, with_entropy=with_entropy)
+        temperature=cfg.sampler.temperature, top_k=cfg.sampler.top_k, top_p=cfg.sampler.top_p,
+        with_entropy=with_entropy, vocab_chunk=cfg.logprob_chunk)
 
 
 # ------------------------------------------------------------------ the step ----------------
@@ -332,7 +331,7 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, *, model_conf
                      cfg: StepConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
     """weight * loss of one micro-batch of whole prompt groups, and its (unweighted) metrics."""
     logp, entropy = policy_logprobs(model_config, cfg, params, mb,
-                                    with_entropy=cfg.compute_entropy or cfg.entropy_coef > 0)
+                                    with_entropy=cfg.compute_entropy or cfg.loss.entropy_coef > 0)
     counted = mb.completion_mask & mb.valid[:, None]
     log_ratio = losses.sequence_log_ratio(jax.lax.stop_gradient(logp), mb.old_logp, counted)
     rows = lambda x: x.reshape(-1, cfg.n)  # noqa: E731  [Bm] -> [Pm, n]
@@ -341,7 +340,7 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, *, model_conf
     coef = jax.lax.stop_gradient(coef.astype(jnp.float32))
     nonfinite = jnp.sum(mb.valid & ~jnp.isfinite(coef)).astype(jnp.float32)
     loss, metrics = losses.policy_loss(
-        logp, mb.old_logp, coef, counted, cfg.loss_config, ref_logp=mb.ref_logp,
+        logp, mb.old_logp, coef, counted, cfg.loss, ref_logp=mb.ref_logp,
         entropy=entropy)
     v = mb.valid
     seq_ratio = jnp.exp(log_ratio)
@@ -447,10 +446,10 @@ def make_train_step(model_config: qwen2.Qwen2Config, cfg: StepConfig, tx: optax.
         b = batch.tokens.shape[0]
         cfg.check_batch(b, ways)
         m = cfg.micro_batches
-        if cfg.kl_beta > 0 and batch.ref_logp is None:
-            raise ValueError(f"kl_beta={cfg.kl_beta} > 0 needs batch.ref_logp, got None")
+        if cfg.loss.kl_beta > 0 and batch.ref_logp is None:
+            raise ValueError(f"kl_beta={cfg.loss.kl_beta} > 0 needs batch.ref_logp, got None")
         counted = batch.completion_mask & batch.valid[:, None]
-        total = _normaliser(counted, cfg.aggregation)
+        total = _normaliser(counted, cfg.loss.aggregation)
         split = jax.tree.map(
             lambda x: jax.lax.with_sharding_constraint(x.reshape(m, b // m, *x.shape[1:]),
                                                        NamedSharding(mesh, rows_spec)), batch)
@@ -460,7 +459,7 @@ def make_train_step(model_config: qwen2.Qwen2Config, cfg: StepConfig, tx: optax.
 
         def body(acc: Params, mb: Batch) -> tuple[Params, dict[str, jax.Array]]:
             mb_counted = mb.completion_mask & mb.valid[:, None]
-            weight = _normaliser(mb_counted, cfg.aggregation) / jnp.maximum(total, 1.0)
+            weight = _normaliser(mb_counted, cfg.loss.aggregation) / jnp.maximum(total, 1.0)
             (_, metrics), grads = loss_grad(state.params, mb, weight)
             acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc, grads)
             return acc, dict(metrics, weight=weight)

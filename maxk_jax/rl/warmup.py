@@ -62,7 +62,8 @@ class WarmupConfig:
     warm-up over ``lr_warmup_steps``, then cosine decay to ``final_lr_fraction * learning_rate``);
     weight_decay > 0 uses AdamW; max_grad_norm: global-norm clipping (None = off);
     length_bucket: batch lengths are multiples of this; sort_window: batches per length-sorted
-    window (1 = no length sorting).
+    window (1 = no length sorting); logprob_chunk: vocabulary columns per chunk of the LM-head
+    pass (``logprobs.token_logprobs``'s vocab_chunk; None = ``logprobs.pick_vocab_chunk(V)``).
     """
 
     steps: int
@@ -75,6 +76,7 @@ class WarmupConfig:
     max_grad_norm: Optional[float] = 1.0
     length_bucket: int = 32
     sort_window: int = 16
+    logprob_chunk: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "seed", "batch_size", "lr_warmup_steps", "length_bucket", "sort_window"):
@@ -88,7 +90,10 @@ class WarmupConfig:
                   ("final_lr_fraction", 0.0 <= self.final_lr_fraction <= 1.0),
                   ("weight_decay", self.weight_decay >= 0),
                   ("max_grad_norm", self.max_grad_norm is None or self.max_grad_norm > 0),
-                  ("length_bucket", self.length_bucket >= 1), ("sort_window", self.sort_window >= 1)]
+                  ("length_bucket", self.length_bucket >= 1), ("sort_window", self.sort_window >= 1),
+                  ("logprob_chunk", self.logprob_chunk is None or (
+                      isinstance(self.logprob_chunk, numbers.Integral) and not isinstance(self.logprob_chunk, bool)
+                      and self.logprob_chunk >= 1))]
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"WarmupConfig.{name}={getattr(self, name)!r} is out of range "
@@ -206,7 +211,7 @@ def masked_nll(logits: jax.Array, tokens: jax.Array, loss_mask: jax.Array) -> ja
 
 def completion_nll(model_config: qwen2.Qwen2Config, params: Params, tokens: jax.Array,
                    attention_mask: jax.Array, loss_mask: jax.Array,
-                   completion_width: Optional[int] = None) -> jax.Array:
+                   completion_width: Optional[int] = None, vocab_chunk: Optional[int] = None) -> jax.Array:
     """`masked_nll` of the model, computed by ``maxk_jax.rl.logprobs`` (hidden states, LM head over
     vocabulary chunks, no [B, L, V] float32 logits). tokens / attention_mask [B, L], loss_mask
     [B, L-1] -> scalar float32.
@@ -214,7 +219,8 @@ def completion_nll(model_config: qwen2.Qwen2Config, params: Params, tokens: jax.
     completion_width = W (static): the LM head only sees W positions per row, gathered from the
     row's first counted position -- the completion (``pad_batch`` makes the counted targets of a
     row one contiguous run).  W must be >= every row's number of counted targets (`run_warmup`
-    passes the longest completion); None = every position goes through the LM head."""
+    passes the longest completion); None = every position goes through the LM head.
+    vocab_chunk: vocabulary columns per LM-head chunk (None = ``logprobs.pick_vocab_chunk(V)``)."""
     hidden = qwen2.hidden_states(model_config, params, tokens, attention_mask)[:, :-1]
     targets, counted = tokens[:, 1:], loss_mask
     if completion_width is not None:
@@ -229,7 +235,7 @@ def completion_nll(model_config: qwen2.Qwen2Config, params: Params, tokens: jax.
         targets = jnp.take_along_axis(targets, idx, axis=1)
         counted = jnp.take_along_axis(loss_mask, idx, axis=1) & in_run
     weight, axis = qwen2.lm_head_weight(model_config, params)
-    logp, _ = logprobs.token_logprobs(hidden, weight, axis, targets)
+    logp, _ = logprobs.token_logprobs(hidden, weight, axis, targets, vocab_chunk=vocab_chunk)
     total = jnp.sum(loss_mask.astype(jnp.float32))
     return -jnp.sum(jnp.where(counted, logp, 0.0)) / jnp.maximum(total, 1.0)
 
@@ -246,15 +252,15 @@ def make_optimizer(cfg: WarmupConfig) -> optax.GradientTransformation:
 
 
 def make_warmup_step(model_config: qwen2.Qwen2Config, tx: optax.GradientTransformation,
-                     completion_width: Optional[int] = None) -> Any:
+                     completion_width: Optional[int] = None, vocab_chunk: Optional[int] = None) -> Any:
     """``step(params, opt_state, tokens, attention_mask, loss_mask) -> (params, opt_state, loss)``:
-    one jit-compiled update (params and opt_state donated); shapes and ``completion_width`` as in
-    `completion_nll`."""
+    one jit-compiled update (params and opt_state donated); shapes, ``completion_width`` and
+    ``vocab_chunk`` (``WarmupConfig.logprob_chunk``) as in `completion_nll`."""
 
     def step(params: Params, opt_state: Any, tokens: jax.Array, attention_mask: jax.Array,
              loss_mask: jax.Array) -> tuple[Params, Any, jax.Array]:
         loss, grads = jax.value_and_grad(completion_nll, argnums=1)(
-            model_config, params, tokens, attention_mask, loss_mask, completion_width)
+            model_config, params, tokens, attention_mask, loss_mask, completion_width, vocab_chunk)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -283,7 +289,7 @@ def run_warmup(model_config: qwen2.Qwen2Config, params: Params, examples: Sequen
     params = jax.tree.map(jnp.copy, params)
     opt_state = tx.init(params)
     # every row's counted targets = its completion, so the longest completion bounds them all
-    step_fn = make_warmup_step(model_config, tx, max(len(ex.completion) for ex in examples))
+    step_fn = make_warmup_step(model_config, tx, max(len(ex.completion) for ex in examples), cfg.logprob_chunk)
     batches = bucketed_batches(examples, cfg, pad_id, model_config.max_position_embeddings)
     losses, sizes = np.zeros(cfg.steps), np.zeros(cfg.steps, np.int64)
     start = time.perf_counter()

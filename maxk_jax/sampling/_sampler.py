@@ -83,13 +83,15 @@ MIN_PROMPT_BUCKET = 16
 
 @dataclasses.dataclass(frozen=True)
 class SamplerSettings:
-    """Static (hashable) sampler settings: a static jit argument, one compilation per value."""
+    """Static (hashable) sampler settings: a static jit argument, one compilation per value.
+    The one declaration of the sampling distribution: the rollout, the periodic evaluation and
+    the train step (whose policy log-probs use the same distribution) all hold one of these."""
 
     n: int  # samples per prompt
     max_new_tokens: int  # T: token budget per sample
-    temperature: float  # 0 = greedy
-    top_k: int  # 0 = disabled
-    top_p: float  # 1.0 = disabled
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = disabled
+    top_p: float = 1.0  # 1.0 = disabled
 
 
 @flax.struct.dataclass

@@ -49,6 +49,22 @@ def test_validate_only_good_config_with_overrides():
     assert out.returncode != 0 and "unknown method 'nope'" in out.stderr
 
 
+def test_validate_only_typed_overrides():
+    """Tuples, estimator options and chat are typed on the command line (no JSON / CSV strings)."""
+    out = train("--config=experiments/configs/base.py:maxk_offpolicy", "--config.model.path=/m",
+                "--config.output_dir=/o", "--config.eval.ks=(1,2,4)", "--config.rollout.eos_ids=(7,9)",
+                "--config.data.chat=false", "--config.model.logprob_chunk=4096",
+                "--config.algo.estimator_options=(('baseline','loo1'),('clamp_delta',None))", "--validate_only")
+    assert out.returncode == 0, out.stderr
+    c = json.loads(out.stdout)["config"]
+    assert (c["eval"]["ks"], c["rollout"]["eos_ids"], c["data"]["chat"], c["model"]["logprob_chunk"]) == (
+        [1, 2, 4], [7, 9], False, 4096)
+    assert c["algo"]["estimator_options"] == [["baseline", "loo1"], ["clamp_delta", None]]
+    out = train("--config=experiments/configs/base.py:grpo", "--config.model.path=/m", "--config.output_dir=/o",
+                "--config.algo.estimator_options=(('clamp_delta',0.5),)", "--validate_only")
+    assert out.returncode != 0 and "unknown option(s) ['clamp_delta']" in out.stderr
+
+
 @pytest.mark.parametrize("args, message", [   # more cases in-process: tests/rl/test_loop.py
     (["--config.algo.k=9"], "k=9 must be an int with 1 <= k <= n=8"),
     (["--config.rollout.prompts=3", "--config.rollout.n=2", "--config.algo.k=2", "--config.mesh.fsdp=1",

@@ -86,3 +86,15 @@ def check_mbpp_run(run: pathlib.Path, ckpt: str, n: int) -> None:
     rl = json.loads((run / "rl/config.json").read_text())
     assert (rl["data"]["dataset"], rl["data"]["split"], rl["data"]["prompt_format"]) == ("mbpp", "train", "full")
     assert rl["algo"]["estimator"] == "grpo" and rl["model"]["path"] == os.path.abspath(ckpt)
+
+
+def method_table() -> dict:
+    """A method table shaped like experiments/configs/base.py's METHODS (the library's tests do not
+    import the experiment configs): the Table-2 names, each its registry estimator with the
+    registry's loss form, except maxk_offpolicy_is (the §3.3 IS-weighted form)."""
+    from maxk_jax.pipelines import TABLE2_METHODS
+    from maxk_jax.rl.run_config import Method
+
+    table = {name: Method(name) for name in TABLE2_METHODS}
+    table["maxk_offpolicy_is"] = Method("maxk_offpolicy", loss_kind="is_weighted")
+    return table

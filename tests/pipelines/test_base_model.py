@@ -1,26 +1,26 @@
 """maxk_jax.pipelines.base_model: the base-model cache key covers exactly the settings that change
 the base model; the synthetic split is cached by its settings."""
-from experiments.configs import tiny as tiny_config
+from maxk_jax.pipelines import default_config, toy_config
 from maxk_jax.pipelines import base_key, prepare_data, settings_hash
 
 
 def test_base_key_changes_with_every_section():
-    c = tiny_config.get_config()
+    c = default_config()
     keys = {base_key(c)}
     for section, field, value in (("synthetic", "seed", 1), ("tokenizer", "vocab_size", 700),
                                   ("model", "hidden_size", 96), ("warmup", "noise", 0.1)):
-        changed = tiny_config.get_config()
+        changed = default_config()
         changed[section][field] = value
         keys.add(base_key(changed))
     assert len(keys) == 5
-    moved = tiny_config.get_config()
+    moved = default_config()
     moved.rl.algo.estimator = "grpo"  # RL settings do not change the base model
     moved.model.path = "/elsewhere"   # nor does the (unused) path field
     assert base_key(moved) == base_key(c)
 
 
 def test_synthetic_split_is_cached_by_its_settings(tmp_path):
-    cfg = tiny_config.get_toy_config()
+    cfg = toy_config()
     assert settings_hash({"a": 1, "b": 2}) == settings_hash({"b": 2, "a": 1}) != settings_hash({"a": 1})
     train_path, train, test = prepare_data(cfg, str(tmp_path))
     assert (len(train), len(test)) == (cfg.synthetic.num_train, cfg.synthetic.num_test)

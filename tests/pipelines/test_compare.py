@@ -7,12 +7,11 @@ import pathlib
 import numpy as np
 import pytest
 
-from experiments.configs import base as base_config
-from experiments.configs import tiny as tiny_config
+from maxk_jax.pipelines import default_config, toy_config
 from maxk_jax.pipelines import aggregate, results_markdown, run_comparison, training_stats
-from tests.pipelines.fixtures import eval_result
+from tests.pipelines.fixtures import eval_result, method_table
 
-METHODS = base_config.METHODS
+METHODS = method_table()
 
 
 
@@ -65,7 +64,7 @@ def test_training_stats_and_their_aggregate(tmp_path):
 
 
 def test_large_k_and_dataset_validation(tmp_path):
-    cfg = tiny_config.get_config()
+    cfg = default_config()
     cfg.runs_dir = str(tmp_path)
     with pytest.raises(ValueError, match="large_k=65"):
         run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0], name="x", large_k=65, method_table=METHODS)
@@ -76,7 +75,7 @@ def test_large_k_and_dataset_validation(tmp_path):
 
 @pytest.mark.slow
 def test_toy_comparison_writes_table_and_plot(tmp_path):
-    cfg = tiny_config.get_toy_config()
+    cfg = toy_config()
     cfg.runs_dir = str(tmp_path)
     run = lambda: run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0, 1], name="cmp", large_k=4,  # noqa: E731
                                  progress=False, method_table=METHODS)

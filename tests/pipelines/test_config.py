@@ -2,26 +2,26 @@
 cache rule, and the RL config derived from the pipeline config."""
 import pytest
 
-from experiments.configs import tiny as tiny_config
+from maxk_jax.pipelines import default_config
 from maxk_jax.pipelines import apply_overrides, rl_config, uses_judge_cache, validate_config
 
 
 def test_judge_cache_is_used_for_synthetic_data_only():
-    cfg = tiny_config.get_config()
+    cfg = default_config()
     assert uses_judge_cache(cfg)
     cfg.executor_cache = False
     assert not uses_judge_cache(cfg)
-    real = apply_overrides(tiny_config.get_config(), model_path="/ckpt", dataset="mbpp")
+    real = apply_overrides(default_config(), model_path="/ckpt", dataset="mbpp")
     assert real.executor_cache and not uses_judge_cache(real)
 
 
 def test_overrides_return_a_copy_with_the_shortcuts_applied():
-    cfg = tiny_config.get_config()
+    cfg = default_config()
     out = apply_overrides(cfg, name="x", runs_dir="/r", estimator="grpo", k=2, model_path="/m", dataset="mbpp",
                           dataset_path="/d")
     assert (out.name, out.runs_dir, out.rl.algo.estimator, out.rl.algo.k, out.model.path, out.data.dataset,
             out.data.path) == ("x", "/r", "grpo", 2, "/m", "mbpp", "/d")
-    assert cfg.to_dict() == tiny_config.get_config().to_dict()          # the input is unchanged
+    assert cfg.to_dict() == default_config().to_dict()          # the input is unchanged
     assert apply_overrides(cfg).to_dict() == cfg.to_dict()             # None keeps every value
 
 
@@ -35,7 +35,7 @@ def test_overrides_return_a_copy_with_the_shortcuts_applied():
     (dict(name="a/b"), "plain directory name"),
 ])
 def test_flag_validation(kwargs, match):
-    cfg = apply_overrides(tiny_config.get_config(), **kwargs)
+    cfg = apply_overrides(default_config(), **kwargs)
     with pytest.raises(ValueError, match=match):
         validate_config(cfg)
 
@@ -48,14 +48,14 @@ def test_flag_validation(kwargs, match):
     ("synthetic", "max_ops", 9, "max_ops"), ("rl", "max_steps", -1, "max_steps"),
 ])
 def test_config_validation(section, field, value, match):
-    cfg = tiny_config.get_config()
+    cfg = default_config()
     cfg[section][field] = value
     with pytest.raises(ValueError, match=match):
         validate_config(cfg)
 
 
 def test_rl_config_fills_in_model_data_judge_and_output():
-    cfg = tiny_config.get_config()
+    cfg = default_config()
     cfg.seed, cfg.executor = 7, "embedded:2"
     rl = rl_config(cfg, "/base", "/run/rl", "/cache/train.jsonl")
     assert (rl.seed, rl.output_dir, rl.model.path, rl.rollout.executor) == (7, "/run/rl", "/base", "embedded:2")

@@ -1,30 +1,31 @@
 """maxk_jax.pipelines.methods: method names -> estimator, loss form, options and RL overrides from
-the method table (experiments/configs/base.py's METHODS) and the comparison-only variants; the
-method list is validated against the pipeline config."""
-import json
-
+the method table (shaped like experiments/configs/base.py's METHODS, checked there by
+tests/experiments/test_configs.py) and the comparison-only variants; the method list is validated
+against the pipeline config."""
 import pytest
 
-from experiments.configs import base as base_config
-from experiments.configs import tiny as tiny_config
-from maxk_jax.pipelines import TABLE2_METHODS, apply_method, method_spec, validate_methods
+from maxk_jax.pipelines import TABLE2_METHODS, apply_method, default_config, method_spec, rl_config, validate_methods
+from maxk_jax.rl.run_config import Method
+from tests.pipelines.fixtures import method_table
 
-METHODS = base_config.METHODS
+METHODS = method_table()
 
 
 def test_methods_set_estimator_loss_form_options_and_overrides():
-    cfg = tiny_config.get_config()
+    cfg = default_config()
     apply_method(cfg, "maxk_offpolicy_is", METHODS)
     assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind) == ("maxk_offpolicy", "is_weighted")
     apply_method(cfg, "maxk_offpolicy", METHODS)
-    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind) == ("maxk_offpolicy", "clipped")
+    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind) == ("maxk_offpolicy", "auto")   # the registry's
+    assert rl_config(cfg, "/m", "/o", "/t").algo.loss.kind == "clipped"
     apply_method(cfg, "bon_mean", METHODS)
-    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind, cfg.rl.algo.estimator_options_json) == (
-        "bon_mean", "clipped", "{}")
-    assert validate_methods(list(TABLE2_METHODS), tiny_config.get_config(), METHODS) == list(TABLE2_METHODS)
+    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind, cfg.rl.algo.estimator_options) == (
+        "bon_mean", "auto", ())
+    assert validate_methods(list(TABLE2_METHODS), default_config(), METHODS) == list(TABLE2_METHODS)
     apply_method(cfg, "maxk_offpolicy_loo1_is", METHODS)
-    assert (cfg.rl.algo.loss_kind, json.loads(cfg.rl.algo.estimator_options_json)) == (
-        "is_weighted", {"baseline": "loo1"})
+    assert (cfg.rl.algo.loss_kind, cfg.rl.algo.estimator_options) == ("is_weighted", (("baseline", "loo1"),))
+    run = rl_config(cfg, "/m", "/o", "/t")   # through the typed path
+    assert (run.algo.loss.kind, run.algo.estimator_options) == ("is_weighted", (("baseline", "loo1"),))
     lr = cfg.rl.optim.learning_rate
     apply_method(cfg, "grpo_lowlr", METHODS)
     assert cfg.rl.algo.estimator == "grpo" and cfg.rl.optim.learning_rate == 1.5e-4 != lr
@@ -33,13 +34,13 @@ def test_methods_set_estimator_loss_form_options_and_overrides():
 
 
 def test_the_method_table_is_the_callers():
-    table = {"maxk_offpolicy": ("maxk_offpolicy", "clipped", {"clamp_delta": 0.5})}
+    table = {"maxk_offpolicy": Method("maxk_offpolicy", {"clamp_delta": 0.5}, "clipped")}
     assert method_spec("maxk_offpolicy", table) == ("maxk_offpolicy", "clipped", {"clamp_delta": 0.5}, {})
     with pytest.raises(ValueError, match="variant of 'grpo', which the method table lacks"):
         method_spec("grpo_lowlr", table)
     spec = method_spec("maxk_offpolicy", table)
     spec[2]["clamp_delta"] = 9.0                     # the returned options are a copy
-    assert table["maxk_offpolicy"][2] == {"clamp_delta": 0.5}
+    assert table["maxk_offpolicy"].options == {"clamp_delta": 0.5}
 
 
 @pytest.mark.parametrize("methods,match", [
@@ -50,4 +51,4 @@ def test_the_method_table_is_the_callers():
 ])
 def test_method_validation(methods, match):
     with pytest.raises(ValueError, match=match):
-        validate_methods(methods, tiny_config.get_config(), METHODS)
+        validate_methods(methods, default_config(), METHODS)

@@ -6,7 +6,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from experiments.configs import tiny as tiny_config
+from maxk_jax.pipelines import default_config
+from maxk_jax.pipelines import toy_config as pipeline_toy_config
 from maxk_jax.eval import compare_runs
 from maxk_jax.pipelines import apply_overrides, prepare_base, prepare_data, report_markdown, run_pipeline
 from tests.pipelines.fixtures import (TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, eval_result,  # noqa: F401
@@ -14,7 +15,7 @@ from tests.pipelines.fixtures import (TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, e
 
 
 def toy_config(runs_dir: str):
-    c = tiny_config.get_toy_config()
+    c = pipeline_toy_config()
     c.runs_dir = runs_dir
     return c
 
@@ -54,7 +55,7 @@ def test_report_markdown_lists_setup_phases_and_tables():
     rng = np.random.default_rng(0)
     base = rng.choice([0.0, 0.5, 1.0], size=(3, 4))
     comparison = compare_runs([eval_result(base), eval_result(np.minimum(base + 0.5, 1.0))], ["base", "trained (x)"])
-    cfg = tiny_config.get_config()
+    cfg = default_config()
     timings = {"data": {"wall_s": 1.0, "cpu_s": 0.5}, "rl": {"wall_s": 2.5, "cpu_s": 4.0}}
     md = report_markdown(cfg, comparison, timings, {"description": "tiny model X"}, {"reward/mean": 0.25},
                          {"start": [1.0], "end": [2.0]})

@@ -11,13 +11,14 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.configs import base, tiny_synthetic  # noqa: F401
 from maxk_jax.rl import loop as rl_loop
 from maxk_jax.rl import rollout
 from maxk_jax.rl import training
 from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
 from maxk_jax.estimators import max_at_k
 from maxk_jax.rl.metrics_log import MetricsLogger, deterministic, read_metrics
+from maxk_jax.rl.run_config import RunConfig, replace_fields
+from maxk_jax.sampling import SamplerSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,20 +64,16 @@ def problems_file(tmp_path_factory):
 
 
 def small_config(model_path, problems, out_dir, **changes):
-    cfg = tiny_synthetic.get_config()
-    cfg.model.path = model_path
-    cfg.output_dir = str(out_dir)
-    cfg.data.update(dataset="", problems=problems)
-    cfg.rollout.update(prompts=2, n=4, max_new_tokens=12, executor="embedded:2")
-    cfg.algo.update(k=2)
-    cfg.mesh.update(data=-1)
-    cfg.checkpoint.update(interval=2, keep=2)
-    cfg.eval.update(interval=0)
-    cfg.log.update(tensorboard=True)
-    for key, value in changes.items():
-        section, field = key.split(".")
-        cfg[section][field] = value
-    return cfg
+    """A laptop-scale RunConfig (tiny model, CPU) built directly; ``changes``: dotted paths."""
+    cfg = replace_fields(RunConfig(), {
+        "name": "small", "model.path": model_path, "output_dir": str(out_dir),
+        "model.compute_dtype": "float32", "model.remat": False,
+        "data.dataset": "", "data.problems": problems, "data.prompt_format": "statement",
+        "rollout.prompts": 2, "rollout.sampler": SamplerSettings(n=4, max_new_tokens=12),
+        "rollout.executor": "embedded:2", "algo.k": 2, "optim.learning_rate": 1e-3,
+        "mesh.data": -1, "mesh.fsdp": 1, "checkpoint.interval": 2, "checkpoint.keep": 2,
+        "eval.dataset": "synthetic", "eval.limit": 32, "eval.sampler.max_new_tokens": 64})
+    return replace_fields(cfg, changes)
 
 
 # ------------------------------------------------------------------ pure helpers ------------
@@ -155,28 +152,36 @@ def test_metrics_logger_truncates_on_resume(tmp_path):
     assert os.listdir(tmp_path / "tensorboard")
 
 
-@pytest.mark.parametrize("change, message", [
+@pytest.mark.parametrize("change, message", [   # field errors: the RunConfig refuses to exist
     ({"algo.estimator": "nope"}, "unknown estimator 'nope'"),
-    ({"algo.k": 9}, "k=9"),
-    ({"rollout.prompts": 3, "optim.micro_batches": 2}, "micro_batches=2 does not divide the 3 prompts"),
-    ({"rollout.prompts": 3, "rollout.n": 2, "mesh.data": 8}, "not divisible across the data\\*fsdp=8"),
-    ({"mesh.data": 3}, "does not divide the 8 devices"),
-    ({"algo.eps_low": 0.0}, "eps_low"),
-    ({"rollout.temperature": 0.0}, "temperature"),
-    ({"algo.estimator_options_json": "{bad"}, "estimator_options_json"),
-    ({"eval.interval": 5, "eval.n": 4, "eval.ks": "1,8"}, "eval.ks has k=8"),
+    ({"algo.k": 9}, "algo.k=9 must be an int with 1 <= k <= n=4"),
+    ({"algo.estimator_options": (("bogus", 1),)}, "algo.estimator_options=.*unknown option"),
+    ({"rollout.sampler.temperature": 0.0}, "rollout.temperature=0.0 must be a finite number > 0"),
+    ({"rollout.prompts": 0}, "rollout.prompts=0 must be an int >= 1"),
+    ({"eval.interval": 5, "eval.ks": (1, 16)}, "eval.ks has k=16 outside \\[1, eval.n=8\\]"),
     ({"eval.interval": 5, "eval.dataset": ""}, "eval.interval > 0 needs"),
-    ({"eval.interval": 5, "eval.top_p": 2.0}, "eval.top_p must lie in \\(0, 1\\]"),
-    ({"eval.interval": 5, "eval.temperature": -1.0}, "eval.temperature must be a finite float >= 0"),
+    ({"eval.interval": 5, "eval.sampler.top_p": 2.0}, "eval.top_p must lie in \\(0, 1\\]"),
+    ({"eval.interval": 5, "eval.sampler.temperature": -1.0}, "eval.temperature must be a finite float >= 0"),
     ({"eval.interval": 5, "eval.batch_size": 0}, "eval.batch_size=0 must be an int >= 1"),
     ({"data.prompt_format": "xml"}, "prompt_format"),
+    ({"data.chat": "auto"}, "data.chat='auto' must be True, False or None"),
+    ({"model.logprob_chunk": 0}, "model.logprob_chunk=0 must be an int >= 1"),
+])
+def test_bad_fields_fail_on_construction(tmp_path, change, message):
+    cfg = small_config(str(tmp_path / "no_such_model"), "", tmp_path / "out")
+    with pytest.raises(ValueError, match=message):
+        replace_fields(cfg, change)
+
+
+@pytest.mark.parametrize("change, message", [   # checks that need the devices (or the run's paths)
+    ({"rollout.prompts": 3, "optim.micro_batches": 2}, "micro_batches=2 does not divide the 3 prompts"),
+    ({"rollout.prompts": 3, "rollout.sampler": SamplerSettings(n=2, max_new_tokens=12)},
+     "not divisible across the data\\*fsdp=8"),
+    ({"mesh.data": 3}, "does not divide the 8 devices"),
+    ({"output_dir": ""}, "output_dir is empty"),
 ])
 def test_bad_configs_fail_before_loading_or_compiling(tmp_path, monkeypatch, change, message):
-    cfg = small_config(str(tmp_path / "no_such_model"), "", tmp_path / "out")
-    cfg.mesh.update(data=-1, fsdp=1, tensor=1)
-    for key, value in change.items():
-        section, field = key.split(".")
-        cfg[section][field] = value
+    cfg = replace_fields(small_config(str(tmp_path / "no_such_model"), "", tmp_path / "out"), change)
 
     def no_compile(*args, **kwargs):
         raise AssertionError("jax.jit called before the config was validated")
@@ -186,28 +191,9 @@ def test_bad_configs_fail_before_loading_or_compiling(tmp_path, monkeypatch, cha
         rl_loop.validate_config(cfg, num_devices=8)
     with pytest.raises(ValueError, match=message):   # run() validates before anything else
         rl_loop.run(cfg)
-
-
-def test_every_method_config_validates():
-    assert {"grpo", "bon_max_mean", "bon_max_second", "bon_loo1", "bon_mean", "maxk_offpolicy",
-            "maxk_offpolicy_exact", "tang_loo", "tang_loo_biased"} <= set(base.METHODS)
-    from experiments.configs import tiny_synthetic
-    configs = [base.get_config(name) for name in base.METHODS] + [tiny_synthetic.get_config()]
-    for cfg in configs:
-        cfg.model.path, cfg.output_dir = "/model", "/out"
-        step = rl_loop.validate_config(cfg, num_devices=8)
-        assert step.k <= step.n
-    for name, (estimator, loss_kind, _) in base.METHODS.items():
-        step = rl_loop.step_config(base.get_config(name))
-        assert (step.estimator, step.kind) == (estimator, loss_kind), name
-    with pytest.raises(ValueError, match="unknown method 'nope'"):
-        base.get_config("nope")
-    paper = base.get_config()
-    assert (paper.rollout.n, paper.rollout.temperature, paper.rollout.top_p, paper.rollout.max_new_tokens,
-            paper.optim.learning_rate, paper.algo.kl_beta, paper.algo.eps_low, paper.algo.ppo_iterations,
-            paper.data.epochs) == (8, 1.0, 1.0, 256, 5e-6, 0.01, 0.2, 3, 1)
-    assert paper.name == "maxk_offpolicy" and rl_loop.step_config(paper).kind == "clipped"  # eq. 4
-    assert rl_loop.step_config(base.get_config("maxk_offpolicy_is")).kind == "is_weighted"  # §3.3
+    with pytest.raises(TypeError, match="takes a RunConfig"):   # the library takes no ConfigDict
+        from maxk_jax.rl.config_dict import to_config_dict
+        rl_loop.validate_config(to_config_dict(cfg))
 
 
 # ------------------------------------------------------------------ with the model ----------
@@ -223,8 +209,8 @@ def test_rollout_logprobs_match_training_forward_under_truncation(tiny_ckpt, pro
 
     config, params = convert.load_hf(tiny_ckpt)
     tok = load_tokenizer(tiny_ckpt)
-    settings = rollout.RolloutSettings(n=4, max_new_tokens=12, temperature=0.7, top_p=0.9, top_k=20,
-                                       eos_ids=(tok.eos_token_id,), pad_id=tok.pad_token_id,
+    sampler = SamplerSettings(n=4, max_new_tokens=12, temperature=0.7, top_p=0.9, top_k=20)
+    settings = rollout.RolloutSettings(sampler=sampler, eos_ids=(tok.eos_token_id,), pad_id=tok.pad_token_id,
                                        prompt_format="statement")
     with make_executor("embedded:2") as ex:
         ro = rollout.collect(config, params, tok, load_problems(problems_file)[:2], ex, settings,
@@ -238,7 +224,7 @@ def test_rollout_logprobs_match_training_forward_under_truncation(tiny_ckpt, pro
     for row_ids, row_r in zip(ids, ro.rewards):   # same behaviour => same verdicts => same reward
         assert all(row_r[j] == row_r[i] for i in range(4) for j in range(4) if row_ids[i] == row_ids[j] >= 0)
     assert rollout.rollout_metrics(ro, ks=(1,))["samples/behaviour_unknown"] == float(np.sum(ids < 0))
-    cfg = training.StepConfig(estimator="grpo", k=2, n=4, temperature=0.7, top_p=0.9, top_k=20)
+    cfg = training.StepConfig(estimator="grpo", k=2, sampler=sampler)
     mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     import optax
     _, sh = training.abstract_train_state(config, optax.sgd(1.0), mesh)
@@ -261,7 +247,7 @@ def _args(tiny_ckpt, problems_file, out_dir):
             "--config.rollout.executor=embedded:2", "--config.algo.k=2", "--config.max_steps=4",
             "--config.checkpoint.interval=2", "--config.log.tensorboard=false", "--config.mesh.data=-1",
             "--config.eval.interval=2", "--config.eval.dataset=", f"--config.eval.problems={problems_file}",
-            "--config.eval.limit=2", "--config.eval.n=2", "--config.eval.ks=1,2",
+            "--config.eval.limit=2", "--config.eval.n=2", "--config.eval.ks=(1,2)",
             "--config.eval.max_new_tokens=8"]
 
 
@@ -305,12 +291,11 @@ def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path):
     state by one rollout and ``algo.ppo_iterations`` optimizer updates and returns the metrics."""
     import contextlib
 
-    cfg = small_config(tiny_ckpt, problems_file, tmp_path / "out")
-    cfg.max_steps = 3
+    cfg = small_config(tiny_ckpt, problems_file, tmp_path / "out", max_steps=3)
     with contextlib.ExitStack() as stack:
         ctx = rl_loop.setup(cfg, stack)
         assert (ctx.start, ctx.total, len(ctx.problems)) == (0, 3, 6)
-        assert ctx.settings.n == 4 and ctx.logger is not None and ctx.eval_fn is None
+        assert ctx.settings.sampler.n == 4 and ctx.logger is not None and ctx.eval_fn is None
         state, rng, metrics = rl_loop.rl_step(ctx, 0, ctx.state, ctx.rng)
         assert int(state.step) == cfg.algo.ppo_iterations
         assert not np.array_equal(jax.random.key_data(rng), jax.random.key_data(ctx.rng))

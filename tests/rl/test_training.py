@@ -10,6 +10,8 @@ import pytest
 
 from maxk_jax import sharding
 from maxk_jax.rl import training
+from maxk_jax.rl.losses import LossConfig
+from maxk_jax.sampling import SamplerSettings
 from maxk_jax.estimators import estimator_info, get_estimator, list_estimators
 from maxk_jax.models import qwen2
 
@@ -59,9 +61,15 @@ def make_batch(params, seed, *, noise=0.0, invalid=(), lengths=None, temperature
 _STEPS = {}
 LR = 20.0
 # Shared configs (each train_step compile of even this tiny model takes several seconds on CPU):
-CFG_IS = training.StepConfig(estimator="maxk_offpolicy", k=2, n=N, aggregation="seq_sum_norm",
-                             norm_length=T, loss_kind="is_weighted")
-CFG_FULL = training.StepConfig(estimator="grpo", k=2, n=N, aggregation="token", kl_beta=0.01)
+def sampler(n=None, **kwargs):
+    """SamplerSettings of the test batches (n = N samples per prompt, T new tokens)."""
+    return SamplerSettings(n=N if n is None else n, max_new_tokens=T, **kwargs)
+
+
+CFG_IS = training.StepConfig(estimator="maxk_offpolicy", k=2, sampler=sampler(),
+                             loss=LossConfig(kind="is_weighted", aggregation="seq_sum_norm", norm_length=T))
+CFG_FULL = training.StepConfig(estimator="grpo", k=2, sampler=sampler(),
+                               loss=LossConfig(aggregation="token", kl_beta=0.01))
 CFG_ACC = dataclasses.replace(CFG_FULL, micro_batches=2)
 
 
@@ -209,12 +217,17 @@ def test_truncated_logprobs_match_reference():
 
 def test_temperature_is_applied_to_policy_logprobs(params):
     batch = make_batch(params, 5, temperature=0.7)   # behaviour log-probs at T = 0.7
-    cfg = training.StepConfig(estimator="grpo", k=2, n=N, temperature=0.7)
+    cfg = training.StepConfig(estimator="grpo", k=2, sampler=sampler(temperature=0.7))
     mesh = single_mesh()
     fn = training.make_logprob_fn(CONFIG, cfg, mesh, training.abstract_train_state(
         CONFIG, optax.sgd(1.0), mesh)[1].params)
     lp = fn(params, sharding.shard_batch(batch, mesh))
     np.testing.assert_allclose(np.asarray(lp), np.asarray(batch.old_logp), atol=2e-5)
+    # the vocabulary chunk of the log-prob pass is a setting (24 does not divide V = 64: ragged chunks)
+    chunked = dataclasses.replace(cfg, logprob_chunk=24)
+    fn = training.make_logprob_fn(CONFIG, chunked, mesh, training.abstract_train_state(
+        CONFIG, optax.sgd(1.0), mesh)[1].params)
+    np.testing.assert_allclose(np.asarray(fn(params, sharding.shard_batch(batch, mesh))), np.asarray(lp), atol=2e-5)
 
 
 def test_every_registered_estimator_traces(params):
@@ -224,7 +237,7 @@ def test_every_registered_estimator_traces(params):
     abstract, sh = training.abstract_train_state(CONFIG, tx, mesh)
     kinds = {}
     for name in list_estimators():
-        cfg = training.StepConfig(estimator=name, k=2, n=N)
+        cfg = training.StepConfig(estimator=name, k=2, sampler=sampler())
         step = training.make_train_step(CONFIG, cfg, tx, mesh, sh)
         with sharding.activation_sharding(mesh):
             _, metrics = jax.eval_shape(step.jitted, abstract, batch)
@@ -233,8 +246,12 @@ def test_every_registered_estimator_traces(params):
     # the paper's pipeline: eq. 4 for every method; the §3.3 IS-weighted form only when asked for
     assert set(kinds.values()) == {"clipped"}
     assert {n: estimator_info(n).loss_form for n in list_estimators()} == kinds
-    forced = training.StepConfig(estimator="maxk_offpolicy", k=2, n=N, loss_kind="is_weighted")
-    assert forced.kind == "is_weighted" and forced.loss_config.kind == "is_weighted"
+    forced = training.StepConfig(estimator="maxk_offpolicy", k=2, sampler=sampler(),
+                                 loss=LossConfig(kind="is_weighted"))
+    assert forced.kind == "is_weighted" and forced.loss.kind == "is_weighted"
+    # the loss settings and the sampler settings are composed, not re-declared
+    assert training.StepConfig(estimator="grpo", k=2, sampler=sampler()).loss == LossConfig()
+    assert forced.n == N and forced.sampler == sampler() and forced.logprob_chunk is None
 
 
 def test_optimizer_schedule():
@@ -249,18 +266,22 @@ def test_optimizer_schedule():
 
 def test_config_and_batch_errors(params):
     with pytest.raises(ValueError, match="unknown estimator 'nope'"):
-        training.StepConfig(estimator="nope", k=2, n=4)
+        training.StepConfig(estimator="nope", k=2, sampler=sampler(4))
     with pytest.raises(ValueError, match="k=5"):
-        training.StepConfig(estimator="grpo", k=5, n=4)
+        training.StepConfig(estimator="grpo", k=5, sampler=sampler(4))
     with pytest.raises(ValueError, match="tang_loo"):
-        training.StepConfig(estimator="tang_loo", k=1, n=4)   # LOO needs k >= 2
+        training.StepConfig(estimator="tang_loo", k=1, sampler=sampler(4))   # LOO needs k >= 2
     with pytest.raises(ValueError, match="temperature"):
-        training.StepConfig(estimator="grpo", k=2, n=4, temperature=0.0)
+        training.StepConfig(estimator="grpo", k=2, sampler=sampler(4, temperature=0.0))
     with pytest.raises(ValueError, match="eps_low"):
-        training.StepConfig(estimator="grpo", k=2, n=4, eps_low=0.0)
+        training.StepConfig(estimator="grpo", k=2, sampler=sampler(4), loss=LossConfig(eps_low=0.0))
     with pytest.raises(ValueError, match="unknown option"):
-        training.StepConfig(estimator="grpo", k=2, n=4, estimator_options=(("bogus", 1),))
-    cfg = training.StepConfig(estimator="grpo", k=2, n=N, micro_batches=3)
+        training.StepConfig(estimator="grpo", k=2, sampler=sampler(4), estimator_options=(("bogus", 1),))
+    with pytest.raises(ValueError, match="logprob_chunk=0"):
+        training.StepConfig(estimator="grpo", k=2, sampler=sampler(4), logprob_chunk=0)
+    with pytest.raises(TypeError):   # keyword-only: no positional settings
+        training.StepConfig("grpo", 2, sampler(4))
+    cfg = training.StepConfig(estimator="grpo", k=2, sampler=sampler(), micro_batches=3)
     with pytest.raises(ValueError, match="micro_batches=3 does not divide the 4 prompts"):
         cfg.check_batch(P * N)
     with pytest.raises(ValueError, match="not divisible across the data\\*fsdp=8"):
@@ -276,7 +297,7 @@ def test_config_and_batch_errors(params):
     step = training.make_train_step(CONFIG, cfg, tx, mesh, sh)
     with pytest.raises(ValueError, match="micro_batches=3"):
         step.lower(abstract, make_batch(params, 7))
-    step = training.make_train_step(CONFIG, dataclasses.replace(cfg, micro_batches=1, kl_beta=0.1),
+    step = training.make_train_step(CONFIG, dataclasses.replace(cfg, micro_batches=1, loss=LossConfig(kl_beta=0.1)),
                                     tx, mesh, sh)
     with pytest.raises(ValueError, match="needs batch.ref_logp"):
         step.lower(abstract, make_batch(params, 7))

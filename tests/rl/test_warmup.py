@@ -58,6 +58,10 @@ def test_prompt_and_padding_positions_get_zero_gradient():
     base = warmup.completion_nll(cfg, params, tokens, attn, mask)
     manual = warmup.masked_nll(qwen2.logits(cfg, params, tokens, attn), tokens, mask)
     np.testing.assert_allclose(base, manual, rtol=1e-6)
+    chunked = warmup.completion_nll(cfg, params, tokens, attn, mask, vocab_chunk=7)   # ragged chunks
+    np.testing.assert_allclose(chunked, manual, rtol=1e-5)
+    with pytest.raises(ValueError, match="logprob_chunk=0"):
+        warmup.WarmupConfig(steps=1, seed=0, logprob_chunk=0)
 
 
 def test_warmup_lowers_the_loss_on_a_tiny_set():

@@ -1,0 +1,449 @@
+"""The typed run config of the RL loop: frozen, keyword-only dataclasses validated on construction.
+
+    run = RunConfig(model=ModelSettings(path="/models/qwen"), output_dir="runs/maxk",
+                    algo=AlgoSettings(estimator="grpo", k=2),
+                    rollout=RolloutConfig(prompts=8, sampler=SamplerSettings(n=4, max_new_tokens=64)))
+    run = replace_fields(run, {"algo.loss.kl_beta": 0.0, "rollout.sampler.temperature": 0.7})
+    step = run.step_config()          # training.StepConfig of the run
+
+Sections compose the settings objects of the library instead of re-declaring their fields: the
+sampling distribution is a ``sampling.SamplerSettings`` (rollout and evaluation), the loss a
+``losses.LossConfig`` (``algo.loss``; its ``kind`` is the loss form), the mesh a
+``sharding.MeshConfig``.  Every ``__post_init__`` raises ValueError naming the field and its value
+(``rollout.prompts=0 must be an int >= 1``).  Checks that need the devices or the model (batch vs
+mesh, stop ids from the tokenizer) are functions of ``maxk_jax.rl.config``.  The command line
+holds the same tree as an ml_collections ConfigDict (``maxk_jax.rl.config_dict``: one conversion
+each way, the schema generated from these defaults).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any, ClassVar, NamedTuple
+
+from maxk_jax.estimators import estimator_info, get_estimator
+from maxk_jax.rl import losses
+from maxk_jax.rl.rollout import PROMPT_FORMATS
+from maxk_jax.rl.training import StepConfig
+from maxk_jax.sampling import MIN_PROMPT_BUCKET, SamplerSettings, validate_filters
+from maxk_jax.sharding import MeshConfig
+
+DTYPES = ("float32", "bfloat16")
+SCHEDULES = ("constant", "cosine", "linear")
+Options = tuple[tuple[str, Any], ...]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_int(value: Any, name: str, minimum: int = 1) -> None:
+    if not _is_int(value) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
+
+
+def _check_real(value: Any, name: str, text: str, ok: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not ok:
+        raise ValueError(f"{name}={value!r} must be {text}")
+
+
+def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of {choices}")
+
+
+def _check_type(value: Any, name: str, kind: type) -> None:
+    if not isinstance(value, kind):
+        raise ValueError(f"{name}={value!r} must be a {kind.__name__}")
+
+
+def _int_tuple(obj: Any, field: str, name: str, minimum: int) -> None:
+    """Normalise ``obj.field`` (any sequence) to a tuple of ints >= minimum, in place."""
+    value = getattr(obj, field)
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name}={value!r} must be a tuple of ints, e.g. (1, 2)")
+    value = tuple(value)
+    if not all(_is_int(x) and x >= minimum for x in value):
+        raise ValueError(f"{name}={value!r} must be a tuple of ints >= {minimum}")
+    object.__setattr__(obj, field, tuple(int(x) for x in value))
+
+
+def _sampler(s: Any, section: str, *, min_new_tokens: int) -> None:
+    """Checks of a section's ``sampler`` (named ``<section>.<field>``, as on the command line)."""
+    if not isinstance(s, SamplerSettings):
+        raise ValueError(f"{section}.sampler={s!r} must be a sampling.SamplerSettings")
+    _check_int(s.n, f"{section}.n")
+    _check_int(s.max_new_tokens, f"{section}.max_new_tokens", min_new_tokens)
+    try:
+        validate_filters(s.temperature, s.top_k, s.top_p)
+    except ValueError as err:
+        raise ValueError(f"{section}.{err}") from err
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    """path: HF Qwen2 directory (required to run); tokenizer_path ("" = path); dtype: parameter and
+    optimizer-state dtype; compute_dtype: matmul dtype ("" = dtype); remat: rematerialise decoder
+    layers; logprob_chunk: vocabulary columns per chunk of the log-prob passes (train step,
+    reference pass; None = ``logprobs.pick_vocab_chunk(V)``, divisor of V in [4096, 8192])."""
+
+    SECTION: ClassVar[str] = "model"
+    path: str = ""
+    tokenizer_path: str = ""
+    dtype: str = "float32"
+    compute_dtype: str = "bfloat16"
+    remat: bool = True
+    logprob_chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_type(self.path, "model.path", str)
+        _check_type(self.tokenizer_path, "model.tokenizer_path", str)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype={self.dtype!r} must be 'float32' or 'bfloat16'")
+        if self.compute_dtype not in ("",) + DTYPES:
+            raise ValueError(f"model.compute_dtype={self.compute_dtype!r} must be '', 'float32' or 'bfloat16'")
+        _check_type(self.remat, "model.remat", bool)
+        if self.logprob_chunk is not None:
+            _check_int(self.logprob_chunk, "model.logprob_chunk")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProblemSource:
+    """Where problems come from: ``problems`` (a Problem JSONL cache, wins), ``dataset`` =
+    "synthetic" (the generated family: synthetic_seed / _num_train / _num_test), or a
+    ``load_dataset`` name with ``path`` / ``split`` / ``options_json`` (loader options, a JSON
+    object); ``limit`` keeps the first problems (0 = all)."""
+
+    SECTION: ClassVar[str] = "data"
+    dataset: str = ""
+    path: str = ""
+    split: str = ""
+    problems: str = ""
+    options_json: str = "{}"
+    limit: int = 0
+    synthetic_seed: int = 0
+    synthetic_num_train: int = 2000
+    synthetic_num_test: int = 200
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        for name in ("dataset", "path", "split", "problems", "options_json"):
+            _check_type(getattr(self, name), f"{s}.{name}", str)
+        try:
+            options = json.loads(self.options_json or "{}")
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{s}.options_json={self.options_json!r} is not valid JSON: {err}") from err
+        if not isinstance(options, dict):
+            raise ValueError(f"{s}.options_json={self.options_json!r} must be a JSON object")
+        _check_int(self.limit, f"{s}.limit", 0)
+        _check_int(self.synthetic_seed, f"{s}.synthetic_seed", 0)
+        _check_int(self.synthetic_num_train, f"{s}.synthetic_num_train")
+        _check_int(self.synthetic_num_test, f"{s}.synthetic_num_test")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataSettings(ProblemSource):
+    """The training problems (`ProblemSource`) and how they are used: ``epochs`` over the data,
+    ``shuffle`` (a permutation per epoch), ``prompt_format`` ("full": system prompt +
+    instructions, "statement": the bare statement), ``chat`` (full prompts: chat template True /
+    plain False / None = when the tokenizer has one), ``system_prompt`` ("default", "" = none, or
+    any text)."""
+
+    dataset: str = "code_contests"
+    split: str = "train"
+    epochs: int = 1
+    shuffle: bool = True
+    prompt_format: str = "full"
+    chat: bool | None = None
+    system_prompt: str = "default"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_int(self.epochs, "data.epochs")
+        _check_type(self.shuffle, "data.shuffle", bool)
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"data.prompt_format={self.prompt_format!r} is not one of {PROMPT_FORMATS}")
+        if self.chat is not None and not isinstance(self.chat, bool):
+            raise ValueError(f"data.chat={self.chat!r} must be True, False or None (auto)")
+        _check_type(self.system_prompt, "data.system_prompt", str)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RolloutConfig:
+    """One RL step's rollout: ``prompts`` problems, sampled with ``sampler`` (n samples each,
+    max_new_tokens, temperature > 0, top_k, top_p); ``eos_ids`` stop ids (() = the tokenizer's
+    and the model's eos); ``executor`` (embedded | embedded:N | http://host:port[,...] |
+    sandboxfusion+http://...); ``sandbox_retries`` re-judgings of sandbox errors before masking;
+    prompts are left-padded to powers of two >= ``min_prompt_bucket``."""
+
+    SECTION: ClassVar[str] = "rollout"
+    prompts: int = 16
+    sampler: SamplerSettings = dataclasses.field(
+        default_factory=lambda: SamplerSettings(n=8, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0),
+        metadata={"flat": True})
+    eos_ids: tuple[int, ...] = ()
+    executor: str = "embedded"
+    sandbox_retries: int = 1
+    min_prompt_bucket: int = MIN_PROMPT_BUCKET
+
+    def __post_init__(self) -> None:
+        _check_int(self.prompts, "rollout.prompts")
+        _sampler(self.sampler, "rollout", min_new_tokens=1)
+        if not self.sampler.temperature > 0:
+            raise ValueError(f"rollout.temperature={self.sampler.temperature!r} must be a finite number > 0 "
+                             "for training (greedy sampling has no policy gradient)")
+        _int_tuple(self, "eos_ids", "rollout.eos_ids", 0)
+        if not isinstance(self.executor, str) or not self.executor:
+            raise ValueError(f"rollout.executor={self.executor!r} must be a non-empty string")
+        _check_int(self.sandbox_retries, "rollout.sandbox_retries", 0)
+        _check_int(self.min_prompt_bucket, "rollout.min_prompt_bucket")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AlgoSettings:
+    """The RL algorithm: ``estimator`` (a registry name) with ``estimator_options`` (name/value
+    pairs; a mapping is accepted and sorted; unset options take the registry's defaults), the
+    training ``k``, ``ppo_iterations`` per rollout, and the ``loss`` (``losses.LossConfig``: its
+    ``kind`` is the loss form -- the registry's ``estimator_info(estimator).loss_form`` unless a
+    method deviates -- and ``norm_length`` the fixed length of "seq_sum_norm")."""
+
+    SECTION: ClassVar[str] = "algo"
+    estimator: str = "maxk_offpolicy"
+    k: int = 4
+    estimator_options: Options = ()
+    ppo_iterations: int = 3
+    loss: losses.LossConfig = dataclasses.field(
+        default_factory=lambda: losses.LossConfig(kl_beta=0.01), metadata={"flat": True})
+
+    def __post_init__(self) -> None:
+        info = estimator_info(self.estimator)   # ValueError "unknown estimator ..." naming the valid ones
+        options = self.estimator_options
+        if isinstance(options, Mapping):
+            options = tuple(options.items())
+        if isinstance(options, (str, bytes)) or not all(
+                isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) for p in options):
+            raise ValueError(f"algo.estimator_options={self.estimator_options!r} must be (name, value) pairs, "
+                             "e.g. (('clamp_delta', 0.5),)")
+        options = tuple(sorted((str(k), v) for k, v in options))
+        if len({k for k, _ in options}) != len(options):
+            raise ValueError(f"algo.estimator_options={options!r} names an option twice")
+        object.__setattr__(self, "estimator_options", options)
+        try:
+            get_estimator(info.name, **dict(options))
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"algo.estimator_options={options!r}: {err}") from err
+        _check_int(self.k, "algo.k")
+        _check_int(self.ppo_iterations, "algo.ppo_iterations")
+        if not isinstance(self.loss, losses.LossConfig):
+            raise ValueError(f"algo.loss={self.loss!r} must be a losses.LossConfig")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimSettings:
+    """Adam (AdamW when weight_decay > 0): learning_rate, ``schedule`` (constant | cosine |
+    linear) after ``warmup_steps`` linear warm-up updates, b1 / b2 / eps, global-norm clipping
+    ``max_grad_norm`` (0 = off), gradient accumulation ``micro_batches`` (divides the prompts)."""
+
+    SECTION: ClassVar[str] = "optim"
+    learning_rate: float = 5e-6
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batches: int = 1
+
+    def __post_init__(self) -> None:
+        _check_real(self.learning_rate, "optim.learning_rate", "a finite number > 0", self.learning_rate > 0)
+        _check_choice(self.schedule, "optim.schedule", SCHEDULES)
+        _check_int(self.warmup_steps, "optim.warmup_steps", 0)
+        for name in ("b1", "b2"):
+            v = getattr(self, name)
+            _check_real(v, f"optim.{name}", "in [0, 1)", 0 <= v < 1)
+        _check_real(self.eps, "optim.eps", "a finite number > 0", self.eps > 0)
+        _check_real(self.weight_decay, "optim.weight_decay", "a finite number >= 0", self.weight_decay >= 0)
+        _check_real(self.max_grad_norm, "optim.max_grad_norm", "a finite number >= 0 (0 = off)",
+                    self.max_grad_norm >= 0)
+        _check_int(self.micro_batches, "optim.micro_batches")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DistributedSettings:
+    """Multi-host: ``enabled`` calls ``jax.distributed.initialize`` (coordinator_address "" =
+    auto-detected on Cloud TPU / SLURM / k8s; else with num_processes and process_id)."""
+
+    SECTION: ClassVar[str] = "distributed"
+    enabled: bool = False
+    coordinator_address: str = ""
+    num_processes: int = 1
+    process_id: int = 0
+
+    def __post_init__(self) -> None:
+        _check_type(self.enabled, "distributed.enabled", bool)
+        _check_type(self.coordinator_address, "distributed.coordinator_address", str)
+        _check_int(self.num_processes, "distributed.num_processes")
+        if not _is_int(self.process_id) or not 0 <= self.process_id < self.num_processes:
+            raise ValueError(f"distributed.process_id={self.process_id!r} must be an int in "
+                             f"[0, num_processes={self.num_processes})")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointSettings:
+    """An orbax checkpoint every ``interval`` RL steps (and at the end), the last ``keep`` kept."""
+
+    SECTION: ClassVar[str] = "checkpoint"
+    interval: int = 50
+    keep: int = 3
+
+    def __post_init__(self) -> None:
+        _check_int(self.interval, "checkpoint.interval")
+        _check_int(self.keep, "checkpoint.keep")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalSettings(ProblemSource):
+    """Periodic evaluation every ``interval`` RL steps (0 = never) on a `ProblemSource`, sampled
+    with ``sampler`` (n per problem; max_new_tokens 0 = rollout's; temperature 0 = greedy), k
+    values ``ks`` (() = 1, 2, 4, ..., n), ``batch_size`` problems per sampler call, and the fixed
+    key ``seed`` (every checkpoint scored on the same sample keys)."""
+
+    SECTION: ClassVar[str] = "eval"
+    split: str = "test"
+    interval: int = 0
+    sampler: SamplerSettings = dataclasses.field(
+        default_factory=lambda: SamplerSettings(n=8, max_new_tokens=0, temperature=1.0, top_k=0, top_p=1.0),
+        metadata={"flat": True})
+    ks: tuple[int, ...] = ()
+    batch_size: int = 64
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_int(self.interval, "eval.interval", 0)
+        _sampler(self.sampler, "eval", min_new_tokens=0)
+        _int_tuple(self, "ks", "eval.ks", 1)
+        for k in self.ks:
+            if k > self.sampler.n:
+                raise ValueError(f"eval.ks has k={k} outside [1, eval.n={self.sampler.n}]")
+        _check_int(self.batch_size, "eval.batch_size")
+        _check_int(self.seed, "eval.seed", 0)
+        if self.interval and not (self.dataset or self.problems):
+            raise ValueError("eval.interval > 0 needs eval.dataset or eval.problems")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LogSettings:
+    """Metrics sinks besides metrics.jsonl: TensorBoard, W&B project ("" = off)."""
+
+    SECTION: ClassVar[str] = "log"
+    tensorboard: bool = True
+    wandb_project: str = ""
+
+    def __post_init__(self) -> None:
+        _check_type(self.tensorboard, "log.tensorboard", bool)
+        _check_type(self.wandb_project, "log.wandb_project", str)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """One RL run (defaults: the max@k paper's hyperparameters for Qwen2.5-Coder-7B-Instruct on
+    CodeContests, see experiments/configs/base.py). ``seed``: sampling and data-order PRNG seed;
+    ``output_dir``: metrics.jsonl, tensorboard/, checkpoints/, eval/ (required to run);
+    ``max_steps``: RL steps (0 = data.epochs passes over the data)."""
+
+    name: str = "maxk_offpolicy"
+    seed: int = 0
+    output_dir: str = ""
+    max_steps: int = 0
+    model: ModelSettings = dataclasses.field(default_factory=ModelSettings)
+    data: DataSettings = dataclasses.field(default_factory=DataSettings)
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    algo: AlgoSettings = dataclasses.field(default_factory=AlgoSettings)
+    optim: OptimSettings = dataclasses.field(default_factory=OptimSettings)
+    mesh: MeshConfig = dataclasses.field(default_factory=lambda: MeshConfig(data=1, fsdp=-1, tensor=1))
+    distributed: DistributedSettings = dataclasses.field(default_factory=DistributedSettings)
+    checkpoint: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
+    eval: EvalSettings = dataclasses.field(default_factory=EvalSettings)
+    log: LogSettings = dataclasses.field(default_factory=LogSettings)
+
+    def __post_init__(self) -> None:
+        _check_type(self.name, "name", str)
+        _check_int(self.seed, "seed", 0)
+        _check_type(self.output_dir, "output_dir", str)
+        _check_int(self.max_steps, "max_steps", 0)
+        for f in dataclasses.fields(self):
+            kind = _SECTION_TYPES.get(f.name)
+            if kind is not None and not isinstance(getattr(self, f.name), kind):
+                raise ValueError(f"{f.name}={getattr(self, f.name)!r} must be a {kind.__name__}")
+        sizes = {"data": self.mesh.data, "fsdp": self.mesh.fsdp, "tensor": self.mesh.tensor}
+        bad = {k: v for k, v in sizes.items() if not _is_int(v) or (v < 1 and v != -1)}
+        if bad or sum(v == -1 for v in sizes.values()) > 1:
+            raise ValueError(f"mesh={sizes} must hold positive ints, at most one of them -1 (= the rest)")
+        self.step_config()   # k vs n, the estimator's minimum k, the train step's sampling checks
+
+    def step_config(self) -> StepConfig:
+        """The static train-step settings of the run (``training.StepConfig``)."""
+        a = self.algo
+        try:
+            return StepConfig(estimator=a.estimator, k=a.k, sampler=self.rollout.sampler,
+                              estimator_options=a.estimator_options, loss=a.loss,
+                              micro_batches=self.optim.micro_batches, logprob_chunk=self.model.logprob_chunk)
+        except ValueError as err:
+            raise ValueError(f"algo.{err}") from err
+
+
+_SECTION_TYPES: dict[str, type] = {
+    "model": ModelSettings, "data": DataSettings, "rollout": RolloutConfig, "algo": AlgoSettings,
+    "optim": OptimSettings, "mesh": MeshConfig, "distributed": DistributedSettings,
+    "checkpoint": CheckpointSettings, "eval": EvalSettings, "log": LogSettings}
+
+
+class Method(NamedTuple):
+    """A named method of a method table: the estimator, its options, and the loss form only where
+    the method deviates from the registry's (``"auto"`` = ``estimator_info(estimator).loss_form``)."""
+
+    estimator: str
+    options: Mapping[str, Any] | Options = ()
+    loss_kind: str = "auto"
+
+
+def loss_form(estimator: str, loss_kind: str = "auto") -> str:
+    """The loss form of `estimator`: `loss_kind`, or the registry's form when it is "auto"."""
+    if loss_kind == "auto":
+        return estimator_info(estimator).loss_form
+    _check_choice(loss_kind, "loss_kind", ("auto",) + losses.KINDS)
+    return loss_kind
+
+
+def with_method(run: RunConfig, method: Method, *, name: str | None = None) -> RunConfig:
+    """`run` training `method` (estimator, options, loss form); ``name`` (default: unchanged)."""
+    algo = dataclasses.replace(
+        run.algo, estimator=method.estimator, estimator_options=tuple(dict(method.options).items()),
+        loss=dataclasses.replace(run.algo.loss, kind=loss_form(method.estimator, method.loss_kind)))
+    return dataclasses.replace(run, algo=algo, name=run.name if name is None else name)
+
+
+def replace_fields(obj: Any, changes: Mapping[str, Any]) -> Any:
+    """Copy of the dataclass tree `obj` (e.g. a RunConfig) with dotted-path fields replaced, e.g.
+    ``{"rollout.sampler.n": 4, "algo.k": 2}``; every changed dataclass is validated again.
+    ValueError naming a path that is not a field."""
+    direct: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    names = [f.name for f in dataclasses.fields(obj)]
+    for path, value in changes.items():
+        head, _, rest = path.partition(".")
+        if head not in names:
+            raise ValueError(f"{type(obj).__name__} has no field {head!r} (in {path!r}); valid fields: "
+                             f"{', '.join(names)}")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            direct[head] = value
+    for head, sub in nested.items():
+        direct[head] = replace_fields(direct.get(head, getattr(obj, head)), sub)
+    return dataclasses.replace(obj, **direct)

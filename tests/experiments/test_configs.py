@@ -1,0 +1,46 @@
+"""experiments/configs: the method table (one entry per method, the loss form only where it
+deviates from the estimator registry) and the config files' ConfigDicts, which convert to the
+typed RunConfig (maxk_jax.rl.run_config) and back unchanged."""
+import pytest
+
+from experiments.configs import base, tiny, tiny_synthetic
+from maxk_jax.estimators import estimator_info
+from maxk_jax.pipelines import rl_config
+from maxk_jax.rl import loop as rl_loop
+from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
+from maxk_jax.rl.run_config import replace_fields
+
+
+def test_every_method_config_validates():
+    assert {"grpo", "bon_max_mean", "bon_max_second", "bon_loo1", "bon_mean", "maxk_offpolicy",
+            "maxk_offpolicy_exact", "tang_loo", "tang_loo_biased"} <= set(base.METHODS)
+    runs = [from_config_dict(base.get_config(name)) for name in base.METHODS]
+    runs.append(from_config_dict(tiny_synthetic.get_config()))
+    for run in runs:
+        step = rl_loop.validate_config(replace_fields(run, {"model.path": "/model", "output_dir": "/out"}),
+                                       num_devices=8)
+        assert step.k <= step.n
+    for name, method in base.METHODS.items():
+        step = rl_loop.step_config(from_config_dict(base.get_config(name)))
+        registry = estimator_info(method.estimator).loss_form
+        assert (step.estimator, step.kind) == (method.estimator, registry if method.loss_kind == "auto"
+                                               else method.loss_kind), name
+        assert method.loss_kind in ("auto", "is_weighted") and method.loss_kind != registry, name
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        base.get_config("nope")
+    paper = base.get_config()
+    assert (paper.rollout.n, paper.rollout.temperature, paper.rollout.top_p, paper.rollout.max_new_tokens,
+            paper.optim.learning_rate, paper.algo.kl_beta, paper.algo.eps_low, paper.algo.ppo_iterations,
+            paper.data.epochs) == (8, 1.0, 1.0, 256, 5e-6, 0.01, 0.2, 3, 1)
+    assert paper.name == "maxk_offpolicy" and rl_loop.step_config(from_config_dict(paper)).kind == "clipped"  # eq. 4
+    assert rl_loop.step_config(from_config_dict(base.get_config("maxk_offpolicy_is"))).kind == "is_weighted"  # §3.3
+
+
+def test_config_files_round_trip_through_the_typed_config():
+    for name in base.METHODS:
+        cfg = base.get_config(name)
+        assert from_config_dict(cfg) == base.get_run_config(name)
+        assert to_config_dict(from_config_dict(cfg)).to_dict() == cfg.to_dict()
+    assert from_config_dict(tiny_synthetic.get_config()) == tiny_synthetic.get_run_config()
+    run = rl_config(tiny.get_config(), "/base", "/run/rl", "/cache/train.jsonl")   # the pipeline's RL run
+    assert (run.rollout.prompts, run.rollout.sampler.n, run.max_steps, run.algo.estimator) == (8, 8, 16, "maxk_offpolicy")

@@ -1,0 +1,146 @@
+"""The typed run config: field validation (errors name the field and the value), composition of
+the sampler / loss settings, the ConfigDict round trip, and command-line overrides of the typed
+fields through absl's config_flags."""
+import dataclasses
+import json
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from maxk_jax.rl import config as config_lib
+from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
+from maxk_jax.rl.losses import LossConfig
+from maxk_jax.rl.run_config import (AlgoSettings, DataSettings, EvalSettings, Method, ModelSettings,
+                                    OptimSettings, RolloutConfig, RunConfig, replace_fields, with_method)
+from maxk_jax.sampling import SamplerSettings
+
+
+def test_defaults_are_the_papers_hyperparameters():
+    run = RunConfig()
+    s, a = run.rollout.sampler, run.algo
+    assert (s.n, s.temperature, s.top_p, s.max_new_tokens, run.optim.learning_rate) == (8, 1.0, 1.0, 256, 5e-6)
+    assert (a.loss.kl_beta, a.loss.eps_low, a.ppo_iterations, run.data.epochs) == (0.01, 0.2, 3, 1)
+    step = run.step_config()
+    assert step.sampler is run.rollout.sampler and step.loss is run.algo.loss   # composed, not copied
+    assert (step.estimator, step.k, step.n, step.kind) == ("maxk_offpolicy", 4, 8, "clipped")
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: RolloutConfig(prompts=0), r"rollout.prompts=0 must be an int >= 1"),
+    (lambda: RolloutConfig(prompts=True), r"rollout.prompts=True must be an int >= 1"),
+    (lambda: RolloutConfig(eos_ids="1,2"), r"rollout.eos_ids='1,2' must be a tuple of ints"),
+    (lambda: RolloutConfig(eos_ids=(1, -2)), r"rollout.eos_ids=\(1, -2\) must be a tuple of ints >= 0"),
+    (lambda: RolloutConfig(sampler=SamplerSettings(n=0, max_new_tokens=4)), r"rollout.n=0 must be an int >= 1"),
+    (lambda: RolloutConfig(sampler=SamplerSettings(n=2, max_new_tokens=4, top_k=-1)), r"rollout.top_k must be"),
+    (lambda: EvalSettings(ks=(0,)), r"eval.ks=\(0,\) must be a tuple of ints >= 1"),
+    (lambda: EvalSettings(ks="1,2"), r"eval.ks='1,2' must be a tuple of ints"),
+    (lambda: EvalSettings(interval=-1), r"eval.interval=-1 must be an int >= 0"),
+    (lambda: DataSettings(chat="true"), r"data.chat='true' must be True, False or None"),
+    (lambda: DataSettings(epochs=0), r"data.epochs=0 must be an int >= 1"),
+    (lambda: DataSettings(options_json="{bad"), r"data.options_json='\{bad' is not valid JSON"),
+    (lambda: ModelSettings(dtype="float16"), r"model.dtype='float16' must be"),
+    (lambda: OptimSettings(schedule="step"), r"optim.schedule='step' is not one of"),
+    (lambda: OptimSettings(learning_rate=0.0), r"optim.learning_rate=0.0 must be a finite number > 0"),
+    (lambda: AlgoSettings(estimator="nope"), r"unknown estimator 'nope'"),
+    (lambda: AlgoSettings(estimator_options={"bogus": 1}), r"algo.estimator_options=\(\('bogus', 1\),\): .*unknown"),
+    (lambda: AlgoSettings(estimator_options="{}"), r"algo.estimator_options='\{\}' must be \(name, value\) pairs"),
+    (lambda: RunConfig(seed=-1), r"seed=-1 must be an int >= 0"),
+    (lambda: RunConfig(algo=AlgoSettings(k=9)), r"algo.k=9 must be an int with 1 <= k <= n=8"),
+    (lambda: RunConfig(algo=AlgoSettings(estimator="tang_loo", k=1)), r"rejects k=1"),
+    (lambda: replace_fields(RunConfig(), {"mesh.data": -1}), r"mesh=.* at most one of them -1"),
+    (lambda: replace_fields(RunConfig(), {"rollout.bogus": 1}), r"RolloutConfig has no field 'bogus'"),
+])
+def test_bad_fields_name_the_field_and_the_value(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_sections_are_frozen_and_keyword_only():
+    with pytest.raises(TypeError):
+        RolloutConfig(16)   # noqa: positional
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RunConfig().seed = 1   # type: ignore[misc]
+
+
+def test_normalised_values_and_methods():
+    algo = AlgoSettings(estimator_options={"clamp_delta": None, "baseline": "loo1"})
+    assert algo.estimator_options == (("baseline", "loo1"), ("clamp_delta", None))   # sorted pairs
+    assert RolloutConfig(eos_ids=[2, 1]).eos_ids == (2, 1)
+    run = with_method(RunConfig(), Method("maxk_offpolicy", loss_kind="is_weighted"), name="is")
+    assert (run.name, run.step_config().kind) == ("is", "is_weighted")
+    assert with_method(run, Method("grpo")).algo.loss.kind == "clipped"   # the registry's form
+
+
+def test_config_dict_round_trip():
+    run = replace_fields(RunConfig(), {
+        "algo.estimator_options": {"baseline": "loo1", "clamp_delta": None}, "eval.ks": (1, 2, 8),
+        "rollout.eos_ids": (5, 7), "data.chat": False, "model.logprob_chunk": 4096,
+        "algo.loss": LossConfig(kind="is_weighted", aggregation="seq_sum_norm", norm_length=99, kl_beta=0.02)})
+    cfg = to_config_dict(run)
+    assert cfg.algo.loss_kind == "is_weighted" and cfg.algo.norm_length == 99 and cfg.rollout.n == 8
+    assert cfg.eval.ks == (1, 2, 8) and cfg.data.chat is False
+    assert from_config_dict(cfg) == run
+    assert from_config_dict(json.loads(cfg.to_json_best_effort())) == run   # config.json: lists -> tuples
+    assert from_config_dict(to_config_dict(RunConfig())) == RunConfig()
+    default = to_config_dict(RunConfig())
+    assert default.algo.loss_kind == "auto" and default.algo.norm_length is None and default.data.chat is None
+
+
+def test_config_dict_derived_fields_and_errors():
+    cfg = to_config_dict(RunConfig())
+    cfg.algo.aggregation = "seq_sum_norm"            # norm_length None = rollout.max_new_tokens
+    cfg.rollout.max_new_tokens = 64
+    assert from_config_dict(cfg).algo.loss.norm_length == 64
+    cfg = to_config_dict(RunConfig())
+    cfg.algo.eps_low = 0.0
+    with pytest.raises(ValueError, match="algo: eps_low=0.0 must satisfy"):
+        from_config_dict(cfg)
+    tree = to_config_dict(RunConfig()).to_dict()
+    tree["algo"]["estimator_options_json"] = "{}"     # a field of the old string schema
+    with pytest.raises(ValueError, match=r"algo has no field\(s\) \['estimator_options_json'\]; valid fields: .*"
+                                         r"estimator_options"):
+        from_config_dict(tree)
+    tree = to_config_dict(RunConfig()).to_dict()
+    tree["eval"]["temperature"] = -1.0
+    with pytest.raises(ValueError, match="eval.temperature must be a finite float >= 0"):
+        from_config_dict(tree)
+
+
+def _parse(tmp_path, *overrides):
+    """--config=<file building to_config_dict(RunConfig())> + overrides, parsed by config_flags."""
+    path = tmp_path / "run_cfg.py"
+    path.write_text("from maxk_jax.rl.config_dict import to_config_dict\n"
+                    "from maxk_jax.rl.run_config import RunConfig\n\n\n"
+                    "def get_config():\n    return to_config_dict(RunConfig())\n")
+    argv = ["prog", f"--config={path}", *overrides]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", str(path), flag_values=values, lock_config=True, sys_argv=argv)
+    values(argv)
+    return from_config_dict(values.config)
+
+
+def test_command_line_overrides_of_typed_fields(tmp_path):
+    run = _parse(tmp_path, "--config.eval.ks=(1,2,4)", "--config.rollout.eos_ids=(151645,151643)",
+                 "--config.algo.estimator_options=(('baseline','loo1'),('clamp_delta',None))",
+                 "--config.data.chat=true", "--config.model.logprob_chunk=4096",
+                 "--config.algo.loss_kind=is_weighted", "--config.rollout.temperature=0.7")
+    assert run.eval.ks == (1, 2, 4) and run.rollout.eos_ids == (151645, 151643)
+    assert run.algo.estimator_options == (("baseline", "loo1"), ("clamp_delta", None))
+    assert run.data.chat is True and run.model.logprob_chunk == 4096
+    assert run.algo.loss.kind == "is_weighted" and run.rollout.sampler.temperature == 0.7
+    assert config_lib.eval_ks(run) == [1, 2, 4]
+    assert config_lib.render_kwargs(run)["chat"] is True
+    default = _parse(tmp_path)
+    assert config_lib.eval_ks(default) == [1, 2, 4, 8] and default.data.chat is None
+    assert _parse(tmp_path, "--config.data.chat=false").data.chat is False
+    with pytest.raises(ValueError, match="algo.estimator_options=.*unknown option"):
+        _parse(tmp_path, "--config.algo.estimator=grpo", "--config.algo.estimator_options=(('p',2),)")
+
+
+def test_eval_sampler_defaults_to_the_rollout_length():
+    run = replace_fields(RunConfig(), {"rollout.sampler.max_new_tokens": 100, "eval.sampler.n": 4})
+    assert config_lib.eval_sampler(run) == SamplerSettings(n=4, max_new_tokens=100)
+    run = replace_fields(run, {"eval.sampler.max_new_tokens": 7})
+    assert config_lib.eval_sampler(run).max_new_tokens == 7
+    assert config_lib.train_ks(run) == [1, 4, 8]
