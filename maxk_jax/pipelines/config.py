@@ -56,7 +56,7 @@ def default_config() -> ConfigDict:
         path="",                    # dataset path / hub name ("" = loader default)
         train_split="train",
         eval_split="test",
-        options_json="{}",          # extra loader options (real datasets)
+        options=(),                 # extra loader options (real datasets): (name, value) pairs
     ))
     c.synthetic = ConfigDict(dict(
         seed=0, num_train=2000, num_test=64, min_ops=1, max_ops=3, max_const=9, num_tests=8,
@@ -216,6 +216,6 @@ def rl_config(cfg: ConfigDict, model_path: str, out_dir: str, train_path: Option
                         "data.prompt_format": "full" if cfg.model.path else "statement"})
     else:
         changes.update({"data.dataset": cfg.data.dataset, "data.path": cfg.data.path,
-                        "data.split": cfg.data.train_split, "data.options_json": cfg.data.options_json,
+                        "data.split": cfg.data.train_split, "data.options": cfg.data.options,
                         "data.problems": "", "data.prompt_format": "full"})
     return replace_fields(run, changes)

@@ -45,7 +45,7 @@ def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer:
         from maxk_jax.rl import loop as rl_loop
 
         spec = dataclasses.replace(rl_run_config(cfg).eval, dataset=cfg.data.dataset, path=cfg.data.path,
-                                   split=cfg.data.eval_split, options_json=cfg.data.options_json,
+                                   split=cfg.data.eval_split, options=cfg.data.options,
                                    problems="", limit=0)
         problems = rl_loop.load_problem_set(spec, tokenizer)
     if len(problems) < cfg.eval.num_problems:
