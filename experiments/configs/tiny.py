@@ -33,15 +33,16 @@ from __future__ import annotations
 import ml_collections
 
 from maxk_jax.pipelines.config import default_config, toy_config
+from maxk_jax.pipelines.config_dict import to_config_dict
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU)."""
-    return default_config()
+    return to_config_dict(default_config())
 
 
 def get_toy_config() -> ml_collections.ConfigDict:
     """Seconds-scale smoke test of the same pipeline (tests): 16 train / 4 test problems, a 1-layer
     32-wide model, 4 warm-up steps, 2 RL steps of 2 problems x 4 samples, n = 4 evaluation samples.
     Numbers from it mean nothing; it only exercises every phase."""
-    return toy_config()
+    return to_config_dict(toy_config())
