@@ -17,7 +17,7 @@ from maxk_jax.pipelines.compare import (TRAIN_STATS, aggregate, comparison_setti
                                         run_comparison, training_stats)
 from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
 from maxk_jax.pipelines.config import (PipelineConfig, PipelineData, PipelineEval, TinyModelSettings,
-                                       TokenizerSettings, WarmupPhase, apply_overrides, default_config,
+                                       TokenizerSettings, WarmupPhase, apply_overrides, check_estimator, default_config,
                                        distributed_settings, rl_config, rl_defaults, rl_run_config,
                                        shortcut_overrides, synthetic_config, toy_config, uses_judge_cache,
                                        validate_config, warmup_config)
@@ -32,7 +32,7 @@ __all__ = [
     "BASE_FORMAT_VERSION", "REFERENCE", "TABLE2_METHODS", "TRAIN_STATS", "VARIANTS", "MethodEntry",
     "MethodSpec", "MethodTable", "PhaseTimer", "PipelineConfig", "PipelineData", "PipelineEval",
     "TinyModelSettings", "TokenizerSettings", "WarmupPhase", "aggregate", "apply_method", "apply_overrides",
-    "base_key", "base_settings", "build_base", "comparison_settings", "default_config", "distributed_settings",
+    "base_key", "base_settings", "build_base", "check_estimator", "comparison_settings", "default_config", "distributed_settings",
     "eval_problems", "eval_settings", "evaluate_model", "from_config_dict", "lead_first", "load_trained",
     "method_spec", "open_judge", "plot_frontier", "plot_max_at_k", "prepare_base", "prepare_data",
     "report_markdown", "results_markdown", "rl_config", "rl_defaults", "rl_run_config", "run_comparison",

@@ -235,6 +235,14 @@ def distributed_settings(cfg: PipelineConfig) -> DistributedSettings:
     return cfg.distributed
 
 
+def check_estimator(name: str) -> None:
+    """ValueError naming `name` and the valid names unless it is a registry estimator."""
+    from maxk_jax.estimators import list_estimators
+
+    if name not in list_estimators():
+        raise ValueError(f"estimator={name!r} is unknown; valid: {', '.join(list_estimators())}")
+
+
 def shortcut_overrides(*, name: Optional[str] = None, runs_dir: Optional[str] = None,
                        estimator: Optional[str] = None, k: Optional[int] = None, model_path: Optional[str] = None,
                        dataset: Optional[str] = None, dataset_path: Optional[str] = None) -> dict[str, Any]:
@@ -242,10 +250,8 @@ def shortcut_overrides(*, name: Optional[str] = None, runs_dir: Optional[str] = 
     ``runs_dir``, ``rl.algo.estimator``, ``rl.algo.k``, ``model.path``, ``data.dataset``,
     ``data.path`` (the same paths in the typed config and its ConfigDict). ValueError for an
     unknown estimator."""
-    from maxk_jax.estimators import list_estimators
-
-    if estimator is not None and estimator not in list_estimators():
-        raise ValueError(f"estimator={estimator!r} is unknown; valid: {', '.join(list_estimators())}")
+    if estimator is not None:
+        check_estimator(estimator)
     paths = {"name": name, "runs_dir": runs_dir, "rl.algo.estimator": estimator, "rl.algo.k": k,
              "model.path": model_path, "data.dataset": dataset, "data.path": dataset_path}
     return {path: value for path, value in paths.items() if value is not None}

@@ -13,7 +13,7 @@ from typing import Any
 
 import dataclasses
 
-from maxk_jax.pipelines.config import PipelineConfig, validate_config
+from maxk_jax.pipelines.config import PipelineConfig, check_estimator, validate_config
 from maxk_jax.rl.run_config import Method, replace_fields, with_method
 
 # Method(estimator, estimator options, loss form "auto" | "clipped" | "is_weighted")
@@ -53,6 +53,7 @@ def apply_method(cfg: PipelineConfig, method: str, method_table: MethodTable) ->
     """Copy of the pipeline config `cfg` whose RL run trains `method`: its estimator, loss form,
     estimator options and rl overrides (dotted `RunConfig` paths, e.g. ``optim.learning_rate``)."""
     estimator, loss_kind, options, overrides = method_spec(method, method_table)
+    check_estimator(estimator)
     rl = with_method(cfg.rl, Method(estimator, options, loss_kind))
     try:
         rl = replace_fields(rl, overrides)

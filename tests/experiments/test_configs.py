@@ -5,6 +5,7 @@ import pytest
 
 from experiments.configs import base, tiny, tiny_synthetic
 from maxk_jax.estimators import estimator_info
+from maxk_jax.pipelines import from_config_dict as pipeline_from_config_dict
 from maxk_jax.pipelines import rl_config
 from maxk_jax.rl import loop as rl_loop
 from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
@@ -42,5 +43,5 @@ def test_config_files_round_trip_through_the_typed_config():
         assert from_config_dict(cfg) == base.get_run_config(name)
         assert to_config_dict(from_config_dict(cfg)).to_dict() == cfg.to_dict()
     assert from_config_dict(tiny_synthetic.get_config()) == tiny_synthetic.get_run_config()
-    run = rl_config(tiny.get_config(), "/base", "/run/rl", "/cache/train.jsonl")   # the pipeline's RL run
+    run = rl_config(pipeline_from_config_dict(tiny.get_config()), "/base", "/run/rl", "/cache/train.jsonl")
     assert (run.rollout.prompts, run.rollout.sampler.n, run.max_steps, run.algo.estimator) == (8, 8, 16, "maxk_offpolicy")
