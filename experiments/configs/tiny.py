@@ -2,6 +2,7 @@
 
     .venv/bin/python -m experiments.tiny_pipeline                       # this config
     .venv/bin/python -m experiments.tiny_pipeline --config.rl.max_steps=40 --config.eval.n=32
+    .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # seconds
 
 Phases and their fields:
   synthetic   problem family and split (`maxk_jax.data.synthetic.SyntheticConfig` fields);
@@ -36,8 +37,13 @@ from maxk_jax.pipelines.config import default_config, toy_config
 from maxk_jax.pipelines.config_dict import to_config_dict
 
 
-def get_config() -> ml_collections.ConfigDict:
-    """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU)."""
+def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
+    """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU), or with
+    ``--config=experiments/configs/tiny.py:toy`` the seconds-scale `get_toy_config`."""
+    if variant == "toy":
+        return get_toy_config()
+    if variant:
+        raise ValueError(f"unknown variant {variant!r} in --config=.../tiny.py:<variant>; valid: toy")
     return to_config_dict(default_config())
 
 
