@@ -15,9 +15,11 @@ Phases and their fields:
   rl          the RL run in its command-line form (maxk_jax/rl/config_dict.py: the fields of
               maxk_jax.rl.run_config.RunConfig; defaults `maxk_jax.pipelines.config.rl_defaults`:
               the paper's maxk_offpolicy at tiny scale); the pipeline fills in model.path,
-              data.problems and output_dir and converts it once (`pipelines.config.rl_config`);
+              data.problems and output_dir (`pipelines.config.rl_config`);
   eval        base and trained model on the first `num_problems` test problems, `n` samples each,
               the same sample keys (`seed`) for both.
+The tree is `maxk_jax.pipelines.to_config_dict` of the typed `maxk_jax.pipelines.PipelineConfig`
+(the defaults live there); the scripts convert it back once (`maxk_jax.pipelines.from_config_dict`).
 The base checkpoint (tokenizer + warmed-up weights, HF format) is cached under
 ``<runs_dir>/_cache/base-<hash of synthetic, tokenizer, model, warmup>`` and reused by every run
 and by experiments/compare_methods.py with the same settings.

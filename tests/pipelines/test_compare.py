@@ -96,3 +96,14 @@ def test_toy_comparison_writes_table_and_plot(tmp_path):
     cfg = replace_fields(cfg, {"rl.max_steps": 3})
     with pytest.raises(ValueError, match="different settings"):
         run()
+
+
+def test_settings_written_before_the_typed_options_still_resume():
+    from maxk_jax.pipelines.compare import _upgraded, comparison_settings
+
+    new = json.loads(json.dumps(comparison_settings(default_config(), ["grpo", "maxk_offpolicy"], [0], 64)["config"]))
+    assert "logprob_chunk" not in new["warmup"] and new["data"]["options"] == []
+    old = {**new, "data": {**{k: v for k, v in new["data"].items() if k != "options"}, "options_json": "{}"}}
+    assert _upgraded(old) == new
+    old["data"]["options_json"] = '{"seed": 1}'
+    assert _upgraded(old) != new
