@@ -38,7 +38,7 @@ from ml_collections import config_flags
 
 from experiments.configs import base as base_config
 from maxk_jax import config_overrides
-from maxk_jax.pipelines import TABLE2_METHODS, apply_overrides, run_comparison
+from maxk_jax.pipelines import TABLE2_METHODS, from_config_dict, run_comparison, shortcut_overrides
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
 
@@ -78,11 +78,12 @@ def parse_seeds(values: Sequence[str]) -> list[int]:
 
 
 def main(argv: Sequence[str]) -> None:
-    """absl entry point: --config with --runs_dir applied, the parsed seeds and the method table
-    of experiments/configs/base.py into `run_comparison`."""
+    """absl entry point: --config with --runs_dir applied (converted once to the typed
+    `PipelineConfig`), the parsed seeds and the method table of experiments/configs/base.py into
+    `run_comparison`."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    cfg = apply_overrides(FLAGS.config, runs_dir=FLAGS.runs_dir)
+    cfg = from_config_dict(FLAGS.config, shortcut_overrides(runs_dir=FLAGS.runs_dir))
     seeds = parse_seeds(FLAGS.seeds)
     start = time.perf_counter()
     out = run_comparison(cfg, FLAGS.methods, seeds, name=FLAGS.name, method_table=base_config.METHODS,

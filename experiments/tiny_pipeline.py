@@ -36,7 +36,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from maxk_jax import config_overrides
-from maxk_jax.pipelines import apply_overrides, run_pipeline
+from maxk_jax.pipelines import from_config_dict, run_pipeline, shortcut_overrides
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
 
@@ -65,13 +65,14 @@ def define_flags() -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-    """absl entry point: apply the shortcut flags to --config and run the pipeline (which validates
-    the config once jax.distributed is up, before anything is built)."""
+    """absl entry point: --config with the shortcut flags applied, converted once to the typed
+    `PipelineConfig` (ValueError naming a bad field), then the pipeline (which checks the devices
+    and the model directory once jax.distributed is up, before anything is built)."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    cfg = apply_overrides(FLAGS.config, name=FLAGS.name, runs_dir=FLAGS.runs_dir, estimator=FLAGS.estimator,
-                          k=FLAGS.k, model_path=FLAGS.model_path, dataset=FLAGS.dataset,
-                          dataset_path=FLAGS.dataset_path)
+    cfg = from_config_dict(FLAGS.config, shortcut_overrides(
+        name=FLAGS.name, runs_dir=FLAGS.runs_dir, estimator=FLAGS.estimator, k=FLAGS.k,
+        model_path=FLAGS.model_path, dataset=FLAGS.dataset, dataset_path=FLAGS.dataset_path))
     start = time.perf_counter()
     out = run_pipeline(cfg, overwrite=FLAGS.overwrite, progress=FLAGS.progress)
     print(f"\nDone in {time.perf_counter() - start:.0f} s.\nReport: {out['report']}\nCurves: {out['curves']}")

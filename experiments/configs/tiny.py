@@ -2,6 +2,7 @@
 
     .venv/bin/python -m experiments.tiny_pipeline                       # this config
     .venv/bin/python -m experiments.tiny_pipeline --config.rl.max_steps=40 --config.eval.n=32
+    .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # seconds
 
 Phases and their fields:
   synthetic   problem family and split (`maxk_jax.data.synthetic.SyntheticConfig` fields);
@@ -14,9 +15,11 @@ Phases and their fields:
   rl          the RL run in its command-line form (maxk_jax/rl/config_dict.py: the fields of
               maxk_jax.rl.run_config.RunConfig; defaults `maxk_jax.pipelines.config.rl_defaults`:
               the paper's maxk_offpolicy at tiny scale); the pipeline fills in model.path,
-              data.problems and output_dir and converts it once (`pipelines.config.rl_config`);
+              data.problems and output_dir (`pipelines.config.rl_config`);
   eval        base and trained model on the first `num_problems` test problems, `n` samples each,
               the same sample keys (`seed`) for both.
+The tree is `maxk_jax.pipelines.to_config_dict` of the typed `maxk_jax.pipelines.PipelineConfig`
+(the defaults live there); the scripts convert it back once (`maxk_jax.pipelines.from_config_dict`).
 The base checkpoint (tokenizer + warmed-up weights, HF format) is cached under
 ``<runs_dir>/_cache/base-<hash of synthetic, tokenizer, model, warmup>`` and reused by every run
 and by experiments/compare_methods.py with the same settings.
@@ -33,15 +36,21 @@ from __future__ import annotations
 import ml_collections
 
 from maxk_jax.pipelines.config import default_config, toy_config
+from maxk_jax.pipelines.config_dict import to_config_dict
 
 
-def get_config() -> ml_collections.ConfigDict:
-    """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU)."""
-    return default_config()
+def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
+    """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU), or with
+    ``--config=experiments/configs/tiny.py:toy`` the seconds-scale `get_toy_config`."""
+    if variant == "toy":
+        return get_toy_config()
+    if variant:
+        raise ValueError(f"unknown variant {variant!r} in --config=.../tiny.py:<variant>; valid: toy")
+    return to_config_dict(default_config())
 
 
 def get_toy_config() -> ml_collections.ConfigDict:
     """Seconds-scale smoke test of the same pipeline (tests): 16 train / 4 test problems, a 1-layer
     32-wide model, 4 warm-up steps, 2 RL steps of 2 problems x 4 samples, n = 4 evaluation samples.
     Numbers from it mean nothing; it only exercises every phase."""
-    return toy_config()
+    return to_config_dict(toy_config())

@@ -10,23 +10,22 @@ evaluation off by default (eval.* points at 32 synthetic test problems: set eval
 """
 import ml_collections
 
+from maxk_jax.pipelines.config import rl_defaults
 from maxk_jax.rl.config_dict import to_config_dict
 from maxk_jax.rl.run_config import RunConfig, replace_fields
 
 
 def get_run_config() -> RunConfig:
-    """The paper's defaults (maxk_offpolicy) with tiny-scale sizes."""
-    return replace_fields(RunConfig(), {
-        "name": "tiny_synthetic",
+    """The tiny pipeline's RL run (`maxk_jax.pipelines.config.rl_defaults`: the paper's
+    maxk_offpolicy at tiny scale, the sizes written once there) as a stand-alone run: one epoch
+    over the synthetic train split, lr 1e-3, checkpoints every 10 steps, TensorBoard on."""
+    return replace_fields(rl_defaults(), {
+        "name": "tiny_synthetic", "max_steps": 0,
         "data.dataset": "synthetic",
-        "data.prompt_format": "statement",   # the format maxk_jax.rl.warmup trains the tiny model on
-        "model.compute_dtype": "float32", "model.remat": False,   # CPU: float32 math, no remat needed
-        "rollout.prompts": 8, "rollout.sampler.n": 8, "rollout.sampler.max_new_tokens": 64,
         "optim.learning_rate": 1e-3,
-        "mesh.data": -1, "mesh.fsdp": 1, "mesh.tensor": 1,
         "checkpoint.interval": 10, "checkpoint.keep": 2,
-        "eval.dataset": "synthetic", "eval.split": "test", "eval.limit": 32, "eval.sampler.n": 8,
-        "eval.sampler.max_new_tokens": 64})
+        "eval.dataset": "synthetic", "eval.limit": 32,
+        "log.tensorboard": True})
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -1,24 +1,27 @@
 """Pipelines: the laptop main job and the method comparison as library code (the absl mains in
 experiments/ only parse flags and call these).
 
-    out = run_pipeline(cfg)                        # cfg: experiments/configs/tiny.py
+    out = run_pipeline(cfg)                        # cfg: a PipelineConfig, e.g. default_config()
     out = run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0, 1], name="cmp", method_table=METHODS)
 
-Modules: ``config`` (command-line shortcuts, validation, the derived RL / warm-up / synthetic
-configs), ``base_model`` (synthetic data + tokenizer + tiny Qwen2 + warm-up, cached by a settings
+Modules: ``config`` (the typed `PipelineConfig`, command-line shortcuts, validation, the derived
+RL config), ``config_dict`` (its ml_collections form: one conversion each way), ``base_model`` (synthetic data + tokenizer + tiny Qwen2 + warm-up, cached by a settings
 hash), ``evaluation`` (the run's judge, paired evaluation of a model, the trained checkpoint),
 ``phases`` (phase timing, multi-host ordering, JSON records), ``tiny`` (the main job and its
 report), ``methods`` (named methods: estimator, loss form, options, overrides), ``compare`` (the
 comparison: runs, aggregation over seeds, Wilcoxon tests, results.md), ``compare_plots``.
 """
-from maxk_jax.pipelines.base_model import (BASE_FORMAT_VERSION, base_key, build_base, prepare_base,
-                                           prepare_data, settings_hash)
+from maxk_jax.pipelines.base_model import (BASE_FORMAT_VERSION, base_key, base_settings, build_base,
+                                           prepare_base, prepare_data, settings_hash)
 from maxk_jax.pipelines.compare import (TRAIN_STATS, aggregate, comparison_settings, results_markdown,
                                         run_comparison, training_stats)
 from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
-from maxk_jax.pipelines.config import (apply_overrides, default_config, distributed_settings, rl_config,
-                                       rl_defaults, rl_run_config, synthetic_config, toy_config,
-                                       uses_judge_cache, validate_config, warmup_config)
+from maxk_jax.pipelines.config import (PipelineConfig, PipelineData, PipelineEval, TinyModelSettings,
+                                       TokenizerSettings, WarmupPhase, apply_overrides, check_estimator, default_config,
+                                       distributed_settings, rl_config, rl_defaults, rl_run_config,
+                                       shortcut_overrides, synthetic_config, toy_config, uses_judge_cache,
+                                       validate_config, warmup_config)
+from maxk_jax.pipelines.config_dict import from_config_dict, section_dict, to_config_dict
 from maxk_jax.pipelines.evaluation import eval_problems, eval_settings, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.methods import (REFERENCE, TABLE2_METHODS, VARIANTS, MethodEntry, MethodSpec,
                                         MethodTable, apply_method, method_spec, validate_methods)
@@ -27,10 +30,13 @@ from maxk_jax.pipelines.tiny import report_markdown, run_pipeline
 
 __all__ = [
     "BASE_FORMAT_VERSION", "REFERENCE", "TABLE2_METHODS", "TRAIN_STATS", "VARIANTS", "MethodEntry",
-    "MethodSpec", "MethodTable", "PhaseTimer", "aggregate", "apply_method", "apply_overrides", "base_key",
-    "build_base", "comparison_settings", "default_config", "distributed_settings", "eval_problems", "eval_settings", "evaluate_model", "lead_first",
-    "load_trained", "method_spec", "open_judge", "plot_frontier", "plot_max_at_k", "prepare_base",
-    "prepare_data", "report_markdown", "results_markdown", "rl_config", "rl_defaults", "rl_run_config",
-    "run_comparison", "run_pipeline", "settings_hash", "synthetic_config", "toy_config", "training_stats", "uses_judge_cache", "validate_config",
+    "MethodSpec", "MethodTable", "PhaseTimer", "PipelineConfig", "PipelineData", "PipelineEval",
+    "TinyModelSettings", "TokenizerSettings", "WarmupPhase", "aggregate", "apply_method", "apply_overrides",
+    "base_key", "base_settings", "build_base", "check_estimator", "comparison_settings", "default_config", "distributed_settings",
+    "eval_problems", "eval_settings", "evaluate_model", "from_config_dict", "lead_first", "load_trained",
+    "method_spec", "open_judge", "plot_frontier", "plot_max_at_k", "prepare_base", "prepare_data",
+    "report_markdown", "results_markdown", "rl_config", "rl_defaults", "rl_run_config", "run_comparison",
+    "run_pipeline", "section_dict", "settings_hash", "shortcut_overrides", "synthetic_config",
+    "to_config_dict", "toy_config", "training_stats", "uses_judge_cache", "validate_config",
     "validate_methods", "warmup_config", "write_json",
 ]

@@ -2,6 +2,9 @@
 
 * `prepare_data`: the synthetic family's train / test split as Problem JSONL files under
   ``<cache_root>/data-<hash of cfg.synthetic>``.
+
+The hashes are of the sections' command-line form (`config_dict.section_dict`), so a cache entry
+keeps its key as long as the settings' names and values are unchanged.
 * `prepare_base`: a byte-level BPE tokenizer + tiny Qwen2 (`maxk_jax.models.tiny`) and the
   supervised warm-up (`maxk_jax.rl.warmup`) on noisy generated solutions, saved as a HF-format
   checkpoint under ``<cache_root>/base-<base_key(cfg)>`` (the key covers every setting that
@@ -18,10 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from ml_collections import ConfigDict
-
 from maxk_jax.data.problem import Problem
-from maxk_jax.pipelines.config import synthetic_config, warmup_config
+from maxk_jax.pipelines.config import PipelineConfig
+from maxk_jax.pipelines.config_dict import section_dict
 from maxk_jax.pipelines.phases import write_json
 
 BASE_FORMAT_VERSION = 1  # bump when the warm-up recipe changes in a way the hash cannot see
@@ -32,29 +34,38 @@ def settings_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def prepare_data(cfg: ConfigDict, cache_root: str) -> tuple[str, list[Problem], list[Problem]]:
+def prepare_data(cfg: PipelineConfig, cache_root: str) -> tuple[str, list[Problem], list[Problem]]:
     """Synthetic split as Problem JSONL caches under ``cache_root/data-<hash>`` (made unless both
     files exist): returns (train JSONL path, train problems, test problems)."""
     from maxk_jax.data import load_problems, save_problems
     from maxk_jax.data.synthetic import make_split
 
-    out = os.path.join(cache_root, f"data-{settings_hash(cfg.synthetic.to_dict())}")
+    out = os.path.join(cache_root, f"data-{settings_hash(section_dict(cfg.synthetic))}")
     train_path, test_path = os.path.join(out, "train.jsonl"), os.path.join(out, "test.jsonl")
     if os.path.isfile(train_path) and os.path.isfile(test_path):
         return train_path, load_problems(train_path), load_problems(test_path)
-    train, test = make_split(synthetic_config(cfg))
+    train, test = make_split(cfg.synthetic)
     os.makedirs(out, exist_ok=True)
     save_problems(train, train_path)
     save_problems(test, test_path)
     return train_path, train, test
 
 
-def base_key(cfg: ConfigDict) -> str:
-    """Hash of every setting that determines the warmed-up base checkpoint (synthetic, tokenizer,
-    model except ``path``, warmup, `BASE_FORMAT_VERSION`); RL and evaluation settings excluded."""
-    return settings_hash({"synthetic": cfg.synthetic.to_dict(), "tokenizer": cfg.tokenizer.to_dict(),
-                          "model": {k: v for k, v in cfg.model.to_dict().items() if k != "path"},
-                          "warmup": cfg.warmup.to_dict(), "version": BASE_FORMAT_VERSION})
+def base_settings(cfg: PipelineConfig) -> dict[str, dict[str, Any]]:
+    """The settings that determine the warmed-up base checkpoint, by section (synthetic,
+    tokenizer, model except ``path``, warmup; ``warmup.logprob_chunk`` only when set: it came
+    after the first cache entries and its default leaves their keys unchanged)."""
+    warmup = section_dict(cfg.warmup)
+    if warmup.get("logprob_chunk") is None:
+        warmup.pop("logprob_chunk", None)
+    return {"synthetic": section_dict(cfg.synthetic), "tokenizer": section_dict(cfg.tokenizer),
+            "model": {k: v for k, v in section_dict(cfg.model).items() if k != "path"}, "warmup": warmup}
+
+
+def base_key(cfg: PipelineConfig) -> str:
+    """Hash of every setting that determines the warmed-up base checkpoint (`base_settings` and
+    `BASE_FORMAT_VERSION`); RL and evaluation settings excluded."""
+    return settings_hash({**base_settings(cfg), "version": BASE_FORMAT_VERSION})
 
 
 def plot_warmup_losses(losses: np.ndarray, path: str) -> None:
@@ -77,7 +88,7 @@ def plot_warmup_losses(losses: np.ndarray, path: str) -> None:
     plt.close(fig)
 
 
-def build_base(cfg: ConfigDict, train: Sequence[Problem], out_dir: str, *, progress: bool = True) -> dict[str, Any]:
+def build_base(cfg: PipelineConfig, train: Sequence[Problem], out_dir: str, *, progress: bool = True) -> dict[str, Any]:
     """Tokenizer + tiny Qwen2 + warm-up, written as a HF checkpoint to `out_dir` (see
     `prepare_base`). Returns the warm-up record (also written to ``out_dir/warmup.json``, the loss
     curve to ``out_dir/warmup_loss.png``)."""
@@ -89,15 +100,13 @@ def build_base(cfg: ConfigDict, train: Sequence[Problem], out_dir: str, *, progr
     t0 = time.perf_counter()
     tc, mc, wc = cfg.tokenizer, cfg.model, cfg.warmup
     corpus = tokenizer_corpus(train[:tc.corpus_problems], np.random.default_rng(tc.corpus_seed))
-    dims = {k: mc[k] for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-                               "max_position_embeddings")}
-    tiny.build_tiny_checkpoint(out_dir, corpus, mc.init_seed, vocab_size=tc.vocab_size, **dims)
+    tiny.build_tiny_checkpoint(out_dir, corpus, mc.init_seed, vocab_size=tc.vocab_size, **mc.dims())
     model_config, params = convert.load_hf(out_dir)
     tokenizer = load_tokenizer(out_dir)
-    examples = warmup.synthetic_examples(train, tokenizer, np.random.default_rng(wc.seed),
+    examples = warmup.synthetic_examples(train, tokenizer, np.random.default_rng(wc.config.seed),
                                          per_problem=wc.per_problem, noise=wc.noise)
     build_s = time.perf_counter() - t0
-    result = warmup.run_warmup(model_config, params, examples, warmup_config(cfg), progress=progress)
+    result = warmup.run_warmup(model_config, params, examples, wc.config, progress=progress)
     convert.save_hf(model_config, result.params, out_dir)
     lengths = np.array([len(e.completion) for e in examples])
     record = {
@@ -107,13 +116,13 @@ def build_base(cfg: ConfigDict, train: Sequence[Problem], out_dir: str, *, progr
         "warmup_s": result.total_s, "warmup_first_step_s": result.first_step_s,
         "loss_first": float(result.losses[0]), "loss_last50": float(result.losses[-50:].mean()),
         "losses": [float(x) for x in result.losses], "mean_batch_tokens": float(result.batch_tokens.mean()),
-        "config": {k: cfg[k].to_dict() for k in ("synthetic", "tokenizer", "model", "warmup")}}
+        "config": {k: section_dict(getattr(cfg, k)) for k in ("synthetic", "tokenizer", "model", "warmup")}}
     write_json(os.path.join(out_dir, "warmup.json"), record)
     plot_warmup_losses(result.losses, os.path.join(out_dir, "warmup_loss.png"))
     return record
 
 
-def prepare_base(cfg: ConfigDict, train: Sequence[Problem], cache_root: str, *,
+def prepare_base(cfg: PipelineConfig, train: Sequence[Problem], cache_root: str, *,
                  progress: bool = True) -> tuple[str, dict[str, Any], bool]:
     """The warmed-up base checkpoint ``cache_root/base-<base_key>``: built (into a temporary
     directory, renamed when complete) unless it exists. Returns (path, warm-up record, cached)."""

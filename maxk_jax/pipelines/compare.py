@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-from ml_collections import ConfigDict
 
 from maxk_jax.execution import Executor
 from maxk_jax.pipelines.base_model import prepare_base, prepare_data
 from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
-from maxk_jax.pipelines.config import rl_config, uses_judge_cache
+from maxk_jax.pipelines.config import PipelineConfig, rl_config, uses_judge_cache
+from maxk_jax.pipelines.config_dict import to_config_dict
 from maxk_jax.pipelines.evaluation import eval_problems, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.methods import REFERENCE, MethodTable, apply_method, validate_methods
 from maxk_jax.pipelines.phases import PhaseTimer, write_json
@@ -178,18 +178,31 @@ def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
 # ----------------------------------------------------------------------------------------------
 # Driver
 # ----------------------------------------------------------------------------------------------
-def comparison_settings(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int],
+def comparison_settings(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[int],
                         large_k: int) -> dict[str, Any]:
     """The settings a comparison directory is resumed under (``compare_config.json``): the shared
     config without the run name, runs directory and the per-method RL fields, plus methods, seeds
     and large_k."""
-    shared = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "runs_dir")}
+    shared = {k: v for k, v in to_config_dict(cfg).to_dict().items() if k not in ("name", "runs_dir")}
     for key in ("estimator", "loss_kind", "estimator_options"):   # set per method
         shared["rl"]["algo"].pop(key, None)
+    if shared["warmup"].get("logprob_chunk") is None:   # newer than the first comparisons (see base_key)
+        shared["warmup"].pop("logprob_chunk", None)
     return {"config": shared, "methods": list(methods), "seeds": list(seeds), "large_k": large_k}
 
 
-def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int], *, name: str,
+def _upgraded(config: dict[str, Any]) -> dict[str, Any]:
+    """A ``compare_config.json`` config written before the loader options were typed pairs
+    (``data.options_json``, a JSON object) in today's form (``data.options``, sorted pairs)."""
+    data = config.get("data", {})
+    if "options_json" in data:
+        options = sorted(json.loads(data["options_json"] or "{}").items())
+        config = {**config, "data": {**{k: v for k, v in data.items() if k != "options_json"},
+                                     "options": [list(p) for p in options]}}
+    return config
+
+
+def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[int], *, name: str,
                    method_table: MethodTable, large_k: Optional[int] = None, overwrite: bool = False,
                    progress: bool = True, executor: Optional[Executor] = None) -> dict[str, Any]:
     """Train and evaluate every (method, seed) of the pipeline config `cfg` (synthetic data, tiny
@@ -204,15 +217,15 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
     from maxk_jax.models.tokenizer import load_tokenizer
     from maxk_jax.rl import loop as rl_loop
 
-    cfg = ConfigDict(cfg.to_dict())
-    cfg.name = name
-    large_k = cfg.eval.n if large_k is None else large_k
+    cfg = dataclasses.replace(cfg, name=name)
+    n = cfg.eval.sampler.n
+    large_k = n if large_k is None else large_k
     if cfg.data.dataset != "synthetic" or cfg.model.path:
         raise ValueError("compare_methods runs on the synthetic task from the tiny warmed-up model; "
                          "unset data.dataset / model.path")
     methods = validate_methods(methods, cfg, method_table)
-    if not isinstance(large_k, int) or not 1 <= large_k <= cfg.eval.n:
-        raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.n={cfg.eval.n}]")
+    if not isinstance(large_k, int) or not 1 <= large_k <= n:
+        raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.n={n}]")
     out_dir = os.path.abspath(os.path.join(cfg.runs_dir, name))
     settings = comparison_settings(cfg, methods, seeds, large_k)
     settings_path = os.path.join(out_dir, "compare_config.json")
@@ -221,7 +234,7 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
     if os.path.isfile(settings_path):
         with open(settings_path, encoding="utf-8") as f:
             old = json.load(f)
-        if old["config"] != settings["config"]:
+        if _upgraded(old["config"]) != json.loads(json.dumps(settings["config"])):
             raise ValueError(f"{out_dir!r} holds a comparison with different settings; pass --overwrite or "
                              "another --name")
     os.makedirs(out_dir, exist_ok=True)
@@ -242,7 +255,7 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
                 return read_report(directory)[0]
             return timer.run(f"eval {label}", lambda: evaluate_model(
                 cfg, model_config, params_fn(), tokenizer, problems, judge, directory, label, progress=progress,
-                ks=tuple(range(1, cfg.eval.n + 1))))
+                ks=tuple(range(1, n + 1))))
 
         base = evaluated(os.path.join(out_dir, "base"), lambda: base_params, "base")
         runs: dict[str, dict[int, EvalResult]] = {m: {} for m in methods}
@@ -255,9 +268,7 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
                     final = os.path.join(rl_dir, "checkpoints", str(cfg.rl.max_steps))
                     if not os.path.isdir(final):
                         shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run restarts cleanly
-                        run_cfg = ConfigDict(cfg.to_dict())
-                        run_cfg.seed = seed
-                        apply_method(run_cfg, method, method_table)
+                        run_cfg = dataclasses.replace(apply_method(cfg, method, method_table), seed=seed)
                         rcfg = dataclasses.replace(rl_config(run_cfg, model_path, rl_dir, train_path),
                                                    name=f"{method}/seed{seed}")
                         timer.run(f"rl {method} seed {seed}", lambda: rl_loop.run(rcfg, executor=judge,
@@ -270,13 +281,14 @@ def run_comparison(cfg: ConfigDict, methods: Sequence[str], seeds: Sequence[int]
         if own_judge:
             judge.close()
     rl = cfg.rl
-    setup = [f"- base: {base_record['param_count']:,}-parameter tiny Qwen2 after {cfg.warmup.steps} warm-up steps "
+    setup = [f"- base: {base_record['param_count']:,}-parameter tiny Qwen2 after {cfg.warmup.config.steps} warm-up "
+             f"steps "
              f"(`{model_path}`)",
-             f"- every method: {rl.max_steps} RL steps x {rl.rollout.prompts} problems x n = {rl.rollout.n}, k = "
+             f"- every method: {rl.max_steps} RL steps x {rl.rollout.prompts} problems x n = {rl.rollout.sampler.n}, k = "
              f"{rl.algo.k}, lr {rl.optim.learning_rate}, {rl.algo.ppo_iterations} PPO iterations, KL beta "
-             f"{rl.algo.kl_beta}, seeds {list(seeds)}",
-             f"- evaluation: {len(problems)} synthetic test problems, n = {cfg.eval.n} samples per problem (same sample "
-             f"keys for every model), temperature {cfg.eval.temperature}",
+             f"{rl.algo.loss.kl_beta}, seeds {list(seeds)}",
+             f"- evaluation: {len(problems)} synthetic test problems, n = {n} samples per problem (same sample "
+             f"keys for every model), temperature {cfg.eval.sampler.temperature}",
              (f"- judge: {judge.stats['judged']} distinct programs judged for {judge.stats['submissions']} "
               "submissions in this invocation" if uses_judge_cache(cfg) else
               "- judge: every submission judged (executor_cache off)")]

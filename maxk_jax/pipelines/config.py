@@ -1,26 +1,29 @@
-"""The pipeline config (``default_config``; ``experiments/configs/tiny.py`` serves it to the
-command line): command-line shortcuts, the checks that need no model or data, and the configs
-derived from it (synthetic family, warm-up, the RL run's typed `RunConfig`).
+"""The typed pipeline config (`PipelineConfig`): frozen, keyword-only sections validated on
+construction, the command-line shortcuts, the checks that need the machine, and the configs derived
+from it (the RL run's `RunConfig`).
 
-The config itself is an ml_collections tree with sections ``data``, ``synthetic``, ``tokenizer``,
-``model``, ``warmup``, ``rl`` (a full RL-loop config in its command-line form,
-``maxk_jax.rl.config_dict``), ``distributed`` and ``eval``; experiments/configs/tiny.py documents
-every field.  Everything here takes that tree and returns new objects (``cfg`` is never changed in
-place); the RL run is built through the typed path (`rl_run_config`: ``from_config_dict`` once).
+    cfg = default_config()                      # == PipelineConfig(): the tiny pipeline's defaults
+    cfg = replace_fields(cfg, {"rl.max_steps": 48, "eval.sampler.n": 128, "warmup.config.seed": 1})
+    cfg = apply_overrides(cfg, estimator="grpo", name="tiny_grpo")
+
+Sections compose the library's settings objects instead of re-declaring their fields: ``synthetic``
+is a ``data.synthetic.SyntheticConfig``, ``warmup.config`` a ``rl.warmup.WarmupConfig``, ``rl`` a
+full ``rl.run_config.RunConfig`` (the pipeline fills in model, data, judge and output directory:
+`rl_config`), ``distributed`` a ``rl.run_config.DistributedSettings``, ``eval.sampler`` a
+``sampling.SamplerSettings``.  The command line holds the same tree as an ml_collections ConfigDict
+(``maxk_jax.pipelines.config_dict``; experiments/configs/tiny.py documents every field).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional
 
-from ml_collections import ConfigDict
-
-from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
-from maxk_jax.rl.run_config import DistributedSettings, RunConfig, replace_fields
-
-if TYPE_CHECKING:
-    from maxk_jax.data.synthetic import SyntheticConfig
-    from maxk_jax.rl.warmup import WarmupConfig
+from maxk_jax.data.synthetic import SyntheticConfig
+from maxk_jax.rl.run_config import (DistributedSettings, Options, RunConfig, _check_int, _check_type,
+                                    _option_pairs, _sampler, replace_fields)
+from maxk_jax.rl.warmup import WarmupConfig
+from maxk_jax.sampling import SamplerSettings
 
 
 def rl_defaults() -> RunConfig:
@@ -42,180 +45,269 @@ def rl_defaults() -> RunConfig:
         "log.tensorboard": False})
 
 
-def default_config() -> ConfigDict:
-    """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU; fields
-    documented in experiments/configs/tiny.py)."""
-    c = ConfigDict()
-    c.name = "tiny"                 # run directory <runs_dir>/<name>
-    c.runs_dir = "runs"
-    c.seed = 0                      # RL seed (sampling + data order); eval keys use eval.seed
-    c.executor = "embedded:4"       # judge: embedded[:slots] | http://host:port[,...]
-    c.executor_cache = True         # judge each distinct (program, tests) once per process (synthetic only)
-    c.data = ConfigDict(dict(
-        dataset="synthetic",        # synthetic, or a load_dataset name (needs model.path)
-        path="",                    # dataset path / hub name ("" = loader default)
-        train_split="train",
-        eval_split="test",
-        options_json="{}",          # extra loader options (real datasets)
-    ))
-    c.synthetic = ConfigDict(dict(
-        seed=0, num_train=2000, num_test=64, min_ops=1, max_ops=3, max_const=9, num_tests=8,
-        input_range=30, max_list_len=6, list_fraction=0.4))
-    c.tokenizer = ConfigDict(dict(vocab_size=768, corpus_problems=500, corpus_seed=0))
-    c.model = ConfigDict(dict(
-        path="",                    # HF Qwen2 directory: skip the tiny build and the warm-up
-        hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384,
-        max_position_embeddings=256, init_seed=0))
-    c.warmup = ConfigDict(dict(
-        steps=800, batch_size=16, learning_rate=8e-3, lr_warmup_steps=30, final_lr_fraction=0.1,
-        weight_decay=0.0, max_grad_norm=1.0, length_bucket=32, sort_window=16,
-        per_problem=4, noise=0.3, seed=0))
-    c.rl = to_config_dict(rl_defaults())
-    c.distributed = ConfigDict(dict(enabled=False, coordinator_address="", num_processes=1, process_id=0))
-    c.eval = ConfigDict(dict(
-        n=64, num_problems=48, max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=0,
-        batch_size=512, seed=1234))
-    return c
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PipelineData:
+    """``dataset``: "synthetic" (generated, section ``synthetic``) or a ``load_dataset`` name (needs
+    ``model.path``) with ``path`` (hub name / local path, "" = loader default), the splits, and
+    ``options`` (the loader's keyword options as (name, value) pairs)."""
+
+    dataset: str = "synthetic"
+    path: str = ""
+    train_split: str = "train"
+    eval_split: str = "test"
+    options: Options = ()
+
+    def __post_init__(self) -> None:
+        for name in ("dataset", "path", "train_split", "eval_split"):
+            _check_type(getattr(self, name), f"data.{name}", str)
+        object.__setattr__(self, "options", _option_pairs(self.options, "data.options", "(('seed', 0),)"))
 
 
-def toy_config() -> ConfigDict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TokenizerSettings:
+    """Byte-level BPE of ``vocab_size`` tokens trained on the first ``corpus_problems`` train
+    problems (`maxk_jax.models.tiny.train_tokenizer`; corpus order from ``corpus_seed``)."""
+
+    vocab_size: int = 768
+    corpus_problems: int = 500
+    corpus_seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_int(self.vocab_size, "tokenizer.vocab_size")
+        _check_int(self.corpus_problems, "tokenizer.corpus_problems")
+        _check_int(self.corpus_seed, "tokenizer.corpus_seed", 0)
+
+
+TINY_DIMS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+             "max_position_embeddings")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TinyModelSettings:
+    """The tiny Qwen2's dimensions (`maxk_jax.models.tiny.tiny_qwen2_config`) and ``init_seed``, or
+    ``path`` = an existing HF Qwen2 directory (skips tokenizer, model build and warm-up)."""
+
+    path: str = ""
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 384
+    max_position_embeddings: int = 256
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_type(self.path, "model.path", str)
+        for name in TINY_DIMS:
+            _check_int(getattr(self, name), f"model.{name}")
+        _check_int(self.init_seed, "model.init_seed", 0)
+
+    def dims(self) -> dict[str, int]:
+        """The dimension keyword arguments of `maxk_jax.models.tiny.build_tiny_checkpoint`."""
+        return {name: getattr(self, name) for name in TINY_DIMS}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WarmupPhase:
+    """The supervised warm-up: ``config`` (`maxk_jax.rl.warmup.WarmupConfig`; its fields sit
+    directly in ``warmup`` on the command line) on ``per_problem`` noisy solutions per train
+    problem at near-miss rate ``noise``."""
+
+    config: WarmupConfig = dataclasses.field(
+        default_factory=lambda: WarmupConfig(steps=800, seed=0, batch_size=16, learning_rate=8e-3,
+                                             lr_warmup_steps=30, final_lr_fraction=0.1, weight_decay=0.0,
+                                             max_grad_norm=1.0, length_bucket=32, sort_window=16),
+        metadata={"flat": True})
+    per_problem: int = 4
+    noise: float = 0.3
+
+    def __post_init__(self) -> None:
+        _check_type(self.config, "warmup.config", WarmupConfig)
+        _check_int(self.per_problem, "warmup.per_problem")
+        if isinstance(self.noise, bool) or not isinstance(self.noise, (int, float)) or not 0.0 <= self.noise <= 1.0:
+            raise ValueError(f"warmup.noise={self.noise!r} must be in [0, 1]")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PipelineEval:
+    """Base and trained model on the first ``num_problems`` test problems, sampled with ``sampler``
+    (n per problem, max_new_tokens, temperature > 0, top_k, top_p), ``batch_size`` problems per
+    sampler call, the same sample keys (``seed``) for both models."""
+
+    sampler: SamplerSettings = dataclasses.field(
+        default_factory=lambda: SamplerSettings(n=64, max_new_tokens=64, temperature=1.0, top_k=0, top_p=1.0),
+        metadata={"flat": True})
+    num_problems: int = 48
+    batch_size: int = 512
+    seed: int = 1234
+
+    def __post_init__(self) -> None:
+        _sampler(self.sampler, "eval", min_new_tokens=1)
+        if not self.sampler.temperature > 0:
+            raise ValueError(f"eval.temperature={self.sampler.temperature!r} must be > 0 (sampled pass@k / max@k)")
+        _check_int(self.num_problems, "eval.num_problems")
+        _check_int(self.batch_size, "eval.batch_size")
+        _check_int(self.seed, "eval.seed", 0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    """The tiny pipeline (defaults: sizes for <= 10 min on a 2-core CPU). ``name``: run directory
+    ``<runs_dir>/<name>``; ``seed``: RL seed (sampling + data order); ``executor``: the judge
+    (embedded[:slots] | http://host:port[,...]); ``executor_cache``: judge each distinct (program,
+    tests) once per process (synthetic data only, `uses_judge_cache`)."""
+
+    name: str = "tiny"
+    runs_dir: str = "runs"
+    seed: int = 0
+    executor: str = "embedded:4"
+    executor_cache: bool = True
+    data: PipelineData = dataclasses.field(default_factory=PipelineData)
+    synthetic: SyntheticConfig = dataclasses.field(
+        default_factory=lambda: SyntheticConfig(seed=0, num_train=2000, num_test=64))
+    tokenizer: TokenizerSettings = dataclasses.field(default_factory=TokenizerSettings)
+    model: TinyModelSettings = dataclasses.field(default_factory=TinyModelSettings)
+    warmup: WarmupPhase = dataclasses.field(default_factory=WarmupPhase)
+    rl: RunConfig = dataclasses.field(default_factory=rl_defaults)
+    distributed: DistributedSettings = dataclasses.field(default_factory=DistributedSettings)
+    eval: PipelineEval = dataclasses.field(default_factory=PipelineEval)
+
+    def __post_init__(self) -> None:
+        from maxk_jax.data.loaders import LOADERS, canonical_name
+
+        if not isinstance(self.name, str) or not self.name or "/" in self.name or self.name.startswith((".", "_")):
+            raise ValueError(f"name={self.name!r} must be a plain directory name (no '/', not starting with . or _)")
+        _check_type(self.runs_dir, "runs_dir", str)
+        _check_int(self.seed, "seed", 0)
+        if not isinstance(self.executor, str) or not self.executor:
+            raise ValueError(f"executor={self.executor!r} must be a non-empty string")
+        _check_type(self.executor_cache, "executor_cache", bool)
+        for f in dataclasses.fields(self):
+            kind = _SECTION_TYPES.get(f.name)
+            if kind is not None and not isinstance(getattr(self, f.name), kind):
+                raise ValueError(f"{f.name}={getattr(self, f.name)!r} must be a {kind.__name__}")
+        data = self.data
+        if data.dataset == "synthetic" and data.path:
+            raise ValueError(f"dataset_path={data.path!r} is set but dataset='synthetic' (generated, reads no "
+                             "files): pass --dataset=<load_dataset name> too")
+        if data.dataset != "synthetic":
+            try:
+                canonical_name(data.dataset)
+            except (KeyError, ValueError) as e:
+                raise ValueError(f"dataset={data.dataset!r} is neither 'synthetic' nor a load_dataset name "
+                                 f"({', '.join(sorted(LOADERS))})") from e
+            if not self.model.path:
+                raise ValueError(f"dataset={data.dataset!r} needs --model_path: the tiny model is warmed up "
+                                 "on the synthetic family only")
+
+
+_SECTION_TYPES: dict[str, type] = {
+    "data": PipelineData, "synthetic": SyntheticConfig, "tokenizer": TokenizerSettings,
+    "model": TinyModelSettings, "warmup": WarmupPhase, "rl": RunConfig,
+    "distributed": DistributedSettings, "eval": PipelineEval}
+
+
+def default_config() -> PipelineConfig:
+    """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU)."""
+    return PipelineConfig()
+
+
+def toy_config() -> PipelineConfig:
     """Seconds-scale smoke test of the same pipeline (tests): 16 train / 4 test problems, a 1-layer
     32-wide model, 4 warm-up steps, 2 RL steps of 2 problems x 4 samples, n = 4 evaluation samples.
     Numbers from it mean nothing; it only exercises every phase."""
-    c = default_config()
-    c.name = "toy"
-    c.synthetic.update(num_train=16, num_test=4)
-    c.tokenizer.update(vocab_size=300, corpus_problems=16)
-    c.model.update(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
-    c.warmup.update(steps=4, batch_size=8, lr_warmup_steps=0, per_problem=1, length_bucket=64)
-    c.rl.update(max_steps=2)
-    c.rl.rollout.update(prompts=2, n=4, max_new_tokens=16)
-    c.rl.algo.update(k=2, ppo_iterations=2)
-    c.eval.update(n=4, num_problems=2, max_new_tokens=16, batch_size=8)
-    return c
+    return replace_fields(default_config(), {
+        "name": "toy",
+        "synthetic": dataclasses.replace(default_config().synthetic, num_train=16, num_test=4),
+        "tokenizer.vocab_size": 300, "tokenizer.corpus_problems": 16,
+        "model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 2, "model.num_kv_heads": 1,
+        "model.intermediate_size": 64,
+        "warmup.config": dataclasses.replace(default_config().warmup.config, steps=4, batch_size=8,
+                                             lr_warmup_steps=0, length_bucket=64),
+        "warmup.per_problem": 1,
+        "rl.max_steps": 2, "rl.rollout.prompts": 2, "rl.rollout.sampler.n": 4,
+        "rl.rollout.sampler.max_new_tokens": 16, "rl.algo.k": 2, "rl.algo.ppo_iterations": 2,
+        "eval.sampler.n": 4, "eval.sampler.max_new_tokens": 16, "eval.num_problems": 2, "eval.batch_size": 8})
 
 
-def distributed_settings(cfg: ConfigDict) -> DistributedSettings:
-    """The typed ``distributed`` section of the pipeline config (``rl_loop.initialize_distributed``)."""
-    return DistributedSettings(**cfg.distributed.to_dict())
+def distributed_settings(cfg: PipelineConfig) -> DistributedSettings:
+    """The ``distributed`` section of the pipeline config (``rl_loop.initialize_distributed``)."""
+    return cfg.distributed
 
 
-def apply_overrides(cfg: ConfigDict, *, name: Optional[str] = None, runs_dir: Optional[str] = None,
-                    estimator: Optional[str] = None, k: Optional[int] = None, model_path: Optional[str] = None,
-                    dataset: Optional[str] = None, dataset_path: Optional[str] = None) -> ConfigDict:
-    """Copy of `cfg` with the command-line shortcuts applied (None = keep the config value):
-    ``name``, ``runs_dir``, ``rl.algo.estimator``, ``rl.algo.k``, ``model.path``, ``data.dataset``,
-    ``data.path``."""
-    cfg = ConfigDict(cfg.to_dict())
-    if name is not None:
-        cfg.name = name
-    if runs_dir is not None:
-        cfg.runs_dir = runs_dir
+def check_estimator(name: str) -> None:
+    """ValueError naming `name` and the valid names unless it is a registry estimator."""
+    from maxk_jax.estimators import list_estimators
+
+    if name not in list_estimators():
+        raise ValueError(f"estimator={name!r} is unknown; valid: {', '.join(list_estimators())}")
+
+
+def shortcut_overrides(*, name: Optional[str] = None, runs_dir: Optional[str] = None,
+                       estimator: Optional[str] = None, k: Optional[int] = None, model_path: Optional[str] = None,
+                       dataset: Optional[str] = None, dataset_path: Optional[str] = None) -> dict[str, Any]:
+    """The command-line shortcuts as dotted config paths (None = not given): ``name``,
+    ``runs_dir``, ``rl.algo.estimator``, ``rl.algo.k``, ``model.path``, ``data.dataset``,
+    ``data.path`` (the same paths in the typed config and its ConfigDict). ValueError for an
+    unknown estimator."""
     if estimator is not None:
-        cfg.rl.algo.estimator = estimator
-    if k is not None:
-        cfg.rl.algo.k = k
-    if model_path is not None:
-        cfg.model.path = model_path
-    if dataset is not None:
-        cfg.data.dataset = dataset
-    if dataset_path is not None:
-        cfg.data.path = dataset_path
-    return cfg
+        check_estimator(estimator)
+    paths = {"name": name, "runs_dir": runs_dir, "rl.algo.estimator": estimator, "rl.algo.k": k,
+             "model.path": model_path, "data.dataset": dataset, "data.path": dataset_path}
+    return {path: value for path, value in paths.items() if value is not None}
 
 
-def uses_judge_cache(cfg: ConfigDict) -> bool:
+def apply_overrides(cfg: PipelineConfig, **shortcuts: Any) -> PipelineConfig:
+    """Copy of `cfg` with the command-line shortcuts (`shortcut_overrides` keywords) applied and
+    validated together (None = keep the config value)."""
+    return replace_fields(cfg, shortcut_overrides(**shortcuts))
+
+
+def uses_judge_cache(cfg: PipelineConfig) -> bool:
     """Whether judging goes through `CachingExecutor`: ``executor_cache`` on the synthetic data only
     (real datasets' time limits make a verdict depend on timing, so each submission is judged)."""
-    return bool(cfg.executor_cache) and cfg.data.dataset == "synthetic"
+    return cfg.executor_cache and cfg.data.dataset == "synthetic"
 
 
-def synthetic_config(cfg: ConfigDict) -> SyntheticConfig:
-    """`SyntheticConfig` of ``cfg.synthetic`` (ValueError naming a bad knob)."""
-    from maxk_jax.data.synthetic import SyntheticConfig
-
-    return SyntheticConfig(**cfg.synthetic.to_dict())
+def synthetic_config(cfg: PipelineConfig) -> SyntheticConfig:
+    """The synthetic family's `SyntheticConfig` (``cfg.synthetic``)."""
+    return cfg.synthetic
 
 
-def warmup_config(cfg: ConfigDict) -> WarmupConfig:
-    """`maxk_jax.rl.warmup.WarmupConfig` of ``cfg.warmup`` (the data fields ``per_problem`` and
-    ``noise`` excluded)."""
-    from maxk_jax.rl.warmup import WarmupConfig
-
-    w = {k: v for k, v in cfg.warmup.to_dict().items() if k not in ("per_problem", "noise")}
-    return WarmupConfig(**w)
+def warmup_config(cfg: PipelineConfig) -> WarmupConfig:
+    """The warm-up's `maxk_jax.rl.warmup.WarmupConfig` (``cfg.warmup.config``)."""
+    return cfg.warmup.config
 
 
-def validate_config(cfg: ConfigDict) -> None:
-    """Every check that needs no model or data: ValueError naming the field, before any work.
-    Call after `jax.distributed` is initialised (the RL checks count devices)."""
-    from maxk_jax.data.loaders import LOADERS, canonical_name
-    from maxk_jax.estimators import list_estimators
+def validate_config(cfg: PipelineConfig) -> None:
+    """The checks construction cannot make: the model directory exists, and the RL run fits the
+    devices (call after `jax.distributed` is initialised). ValueError naming the field."""
     from maxk_jax.rl import loop as rl_loop
-    from maxk_jax.sampling import validate_filters
 
-    if not cfg.name or "/" in cfg.name or cfg.name.startswith((".", "_")):
-        raise ValueError(f"name={cfg.name!r} must be a plain directory name (no '/', not starting with . or _)")
-    if cfg.rl.algo.estimator not in list_estimators():
-        raise ValueError(f"estimator={cfg.rl.algo.estimator!r} is unknown; valid: {', '.join(list_estimators())}")
-    if cfg.data.dataset == "synthetic" and cfg.data.path:
-        raise ValueError(f"dataset_path={cfg.data.path!r} is set but dataset='synthetic' (generated, reads no "
-                         "files): pass --dataset=<load_dataset name> too")
-    if cfg.data.dataset != "synthetic":
-        try:
-            canonical_name(cfg.data.dataset)
-        except (KeyError, ValueError) as e:
-            raise ValueError(f"dataset={cfg.data.dataset!r} is neither 'synthetic' nor a load_dataset name "
-                             f"({', '.join(sorted(LOADERS))})") from e
-        if not cfg.model.path:
-            raise ValueError(f"dataset={cfg.data.dataset!r} needs --model_path: the tiny model is warmed up "
-                             "on the synthetic family only")
     if cfg.model.path and not os.path.isfile(os.path.join(cfg.model.path, "config.json")):
         raise ValueError(f"model_path={cfg.model.path!r} is not a Hugging Face directory (no config.json)")
-    synthetic_config(cfg)
-    if not cfg.model.path:
-        warmup_config(cfg)
-        if not (isinstance(cfg.warmup.per_problem, int) and cfg.warmup.per_problem >= 1):
-            raise ValueError(f"warmup.per_problem={cfg.warmup.per_problem!r} must be an int >= 1")
-        if not 0.0 <= cfg.warmup.noise <= 1.0:
-            raise ValueError(f"warmup.noise={cfg.warmup.noise!r} must be in [0, 1]")
-    for field in ("n", "num_problems", "max_new_tokens", "batch_size"):
-        v = cfg.eval[field]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"eval.{field}={v!r} must be an int >= 1")
-    if not cfg.eval.temperature > 0:
-        raise ValueError(f"eval.temperature={cfg.eval.temperature!r} must be > 0 (sampled pass@k / max@k)")
-    try:  # here, not at the first evaluation after the run directory was created
-        validate_filters(cfg.eval.temperature, cfg.eval.top_k, cfg.eval.top_p)
-    except ValueError as e:
-        raise ValueError(f"eval.{e}") from e
-    run = rl_run_config(cfg)
+    run = cfg.rl
     rl_loop.validate_config(replace_fields(run, {
         "output_dir": run.output_dir or "<run>/rl", "model.path": run.model.path or cfg.model.path or "<base>",
         "data.problems": run.data.problems or "<train>"}))
 
 
-def rl_run_config(cfg: ConfigDict) -> RunConfig:
-    """The typed RL run config of ``cfg.rl`` (``from_config_dict``; ValueError naming the field
-    as ``rl.<section>.<field>``)."""
-    try:
-        return from_config_dict(cfg.rl)
-    except ValueError as err:
-        raise ValueError(f"rl.{err}") from err
+def rl_run_config(cfg: PipelineConfig) -> RunConfig:
+    """The RL run config of the pipeline as configured (``cfg.rl``; see `rl_config`)."""
+    return cfg.rl
 
 
-def rl_config(cfg: ConfigDict, model_path: str, out_dir: str, train_path: Optional[str]) -> RunConfig:
+def rl_config(cfg: PipelineConfig, model_path: str, out_dir: str, train_path: Optional[str]) -> RunConfig:
     """The RL loop's `RunConfig`: ``cfg.rl`` with the seed, model, judge, multi-host settings, data
     (``train_path``: the synthetic train JSONL, or the dataset's train split) and output directory
     filled in."""
-    run = rl_run_config(cfg)
-    changes = {"seed": cfg.seed, "output_dir": out_dir, "model.path": model_path,
-               "rollout.executor": cfg.executor, "distributed": distributed_settings(cfg)}
+    changes: dict[str, Any] = {"seed": cfg.seed, "output_dir": out_dir, "model.path": model_path,
+                               "rollout.executor": cfg.executor, "distributed": cfg.distributed}
     if cfg.data.dataset == "synthetic":
         changes.update({"data.problems": train_path, "data.dataset": "",
                         "data.prompt_format": "full" if cfg.model.path else "statement"})
     else:
         changes.update({"data.dataset": cfg.data.dataset, "data.path": cfg.data.path,
-                        "data.split": cfg.data.train_split, "data.options_json": cfg.data.options_json,
+                        "data.split": cfg.data.train_split, "data.options": cfg.data.options,
                         "data.problems": "", "data.prompt_format": "full"})
-    return replace_fields(run, changes)
+    return replace_fields(cfg.rl, changes)

@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import jax
 from absl import logging
-from ml_collections import ConfigDict
 
 from maxk_jax.data.problem import Problem
 from maxk_jax.execution import CachingExecutor, Executor
-from maxk_jax.pipelines.config import uses_judge_cache
+from maxk_jax.pipelines.config import PipelineConfig, uses_judge_cache
 from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 if TYPE_CHECKING:
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from maxk_jax.rl.rollout import RolloutSettings
 
 
-def open_judge(cfg: ConfigDict, executor: Optional[Executor] = None) -> tuple[Executor, bool]:
+def open_judge(cfg: PipelineConfig, executor: Optional[Executor] = None) -> tuple[Executor, bool]:
     """(judge, owned): `executor`, or a new ``make_executor(cfg.executor)`` when None (owned: the
     caller closes the judge when done), wrapped in `CachingExecutor` when `uses_judge_cache`."""
     from maxk_jax.execution import make_executor
@@ -33,7 +32,7 @@ def open_judge(cfg: ConfigDict, executor: Optional[Executor] = None) -> tuple[Ex
     return (CachingExecutor(inner) if uses_judge_cache(cfg) else inner), owned
 
 
-def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer: Tokenizer) -> list[Problem]:
+def eval_problems(cfg: PipelineConfig, test: Optional[Sequence[Problem]], tokenizer: Tokenizer) -> list[Problem]:
     """The first ``eval.num_problems`` evaluation problems: the synthetic test split `test`, or the
     dataset's ``data.eval_split`` (a warning when there are fewer)."""
     if cfg.data.dataset == "synthetic":
@@ -41,11 +40,10 @@ def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer:
     else:
         import dataclasses
 
-        from maxk_jax.pipelines.config import rl_run_config
         from maxk_jax.rl import loop as rl_loop
 
-        spec = dataclasses.replace(rl_run_config(cfg).eval, dataset=cfg.data.dataset, path=cfg.data.path,
-                                   split=cfg.data.eval_split, options_json=cfg.data.options_json,
+        spec = dataclasses.replace(cfg.rl.eval, dataset=cfg.data.dataset, path=cfg.data.path,
+                                   split=cfg.data.eval_split, options=cfg.data.options,
                                    problems="", limit=0)
         problems = rl_loop.load_problem_set(spec, tokenizer)
     if len(problems) < cfg.eval.num_problems:
@@ -53,26 +51,23 @@ def eval_problems(cfg: ConfigDict, test: Optional[Sequence[Problem]], tokenizer:
     return problems[:cfg.eval.num_problems]
 
 
-def eval_settings(cfg: ConfigDict, model_config: Qwen2Config, tokenizer: Tokenizer) -> RolloutSettings:
-    """`maxk_jax.rl.rollout.RolloutSettings` of the evaluation (``cfg.eval`` sampling; prompt
+def eval_settings(cfg: PipelineConfig, model_config: Qwen2Config, tokenizer: Tokenizer) -> RolloutSettings:
+    """`maxk_jax.rl.rollout.RolloutSettings` of the evaluation (``cfg.eval.sampler``; prompt
     format as in RL: bare statements for the tiny model, full prompts for a HF checkpoint)."""
     from maxk_jax.eval.run import default_eos_ids
     from maxk_jax.rl.rollout import RolloutSettings
-    from maxk_jax.sampling import SamplerSettings
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model_config.pad_token_id or 0)
     fmt = "statement" if (cfg.data.dataset == "synthetic" and not cfg.model.path) else "full"
-    sampler = SamplerSettings(n=cfg.eval.n, max_new_tokens=cfg.eval.max_new_tokens,
-                              temperature=cfg.eval.temperature, top_k=cfg.eval.top_k, top_p=cfg.eval.top_p)
-    return RolloutSettings(sampler=sampler, eos_ids=tuple(default_eos_ids(model_config, tokenizer)), pad_id=int(pad),
+    return RolloutSettings(sampler=cfg.eval.sampler, eos_ids=tuple(default_eos_ids(model_config, tokenizer)), pad_id=int(pad),
                            prompt_format=fmt)
 
 
-def evaluate_model(cfg: ConfigDict, model_config: Qwen2Config, params: Any, tokenizer: Tokenizer,
+def evaluate_model(cfg: PipelineConfig, model_config: Qwen2Config, params: Any, tokenizer: Tokenizer,
                    problems: Sequence[Problem], executor: Executor, out_dir: str, name: str, *,
                    progress: bool = True, mesh: Optional[jax.sharding.Mesh] = None,
                    ks: Sequence[int] | None = None) -> EvalResult:
-    """``eval.n`` samples per problem (key ``eval.seed``: the same sample keys for every model),
+    """``eval.sampler.n`` samples per problem (key ``eval.seed``: the same sample keys for every model),
     judged; writes the `maxk_jax.eval.report` files to `out_dir` (process 0) and returns the
     `EvalResult` (per-problem pass@k / max@k [P, K]). ``mesh`` (multi-host: params on it): the
     problems are split across hosts. ks: the k values of the tables (default 1, 2, 4, ..., n)."""
@@ -83,11 +78,12 @@ def evaluate_model(cfg: ConfigDict, model_config: Qwen2Config, params: Any, toke
 
     settings = eval_settings(cfg, model_config, tokenizer)
     source = PromptCompletionSource(model_config, params, tokenizer, settings, mesh)
-    run_cfg = {"run_name": name, "n": cfg.eval.n, "seed": cfg.eval.seed, "temperature": cfg.eval.temperature,
-               "top_p": cfg.eval.top_p, "top_k": cfg.eval.top_k, "max_new_tokens": cfg.eval.max_new_tokens,
+    s = cfg.eval.sampler
+    run_cfg = {"run_name": name, "n": s.n, "seed": cfg.eval.seed, "temperature": s.temperature,
+               "top_p": s.top_p, "top_k": s.top_k, "max_new_tokens": s.max_new_tokens,
                "prompt_format": settings.prompt_format, "dataset": cfg.data.dataset}
-    result = run_evaluation(problems, source, executor=executor, n=cfg.eval.n, key=jax.random.key(cfg.eval.seed),
-                            ks=default_ks(cfg.eval.n) if ks is None else tuple(ks),
+    result = run_evaluation(problems, source, executor=executor, n=s.n, key=jax.random.key(cfg.eval.seed),
+                            ks=default_ks(s.n) if ks is None else tuple(ks),
                             batch_size=cfg.eval.batch_size, progress=progress,
                             config=run_cfg, host=batch_block(mesh))
     if jax.process_index() == 0:

@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ml_collections import ConfigDict
+import dataclasses
 
-from maxk_jax.pipelines.config import validate_config
-from maxk_jax.rl.run_config import Method
+from maxk_jax.pipelines.config import PipelineConfig, check_estimator, validate_config
+from maxk_jax.rl.run_config import Method, replace_fields, with_method
 
 # Method(estimator, estimator options, loss form "auto" | "clipped" | "is_weighted")
 MethodEntry = Method
 MethodTable = Mapping[str, MethodEntry]
-# (estimator, loss form, estimator options, rl config overrides as dotted paths under cfg.rl)
+# (estimator, loss form, estimator options, rl config overrides as dotted RunConfig paths)
 MethodSpec = tuple[str, str, dict[str, Any], dict[str, Any]]
 
 TABLE2_METHODS = ("grpo", "bon_max_second", "bon_max_mean", "bon_loo1", "bon_mean", "maxk_offpolicy",
@@ -49,24 +49,20 @@ def method_spec(method: str, method_table: MethodTable) -> MethodSpec:
     return entry.estimator, entry.loss_kind, dict(entry.options), {}
 
 
-def apply_method(cfg: ConfigDict, method: str, method_table: MethodTable) -> None:
-    """Set the RL estimator, loss form, estimator options and the method's rl overrides (dotted
-    paths under ``cfg.rl``) of `cfg` (the pipeline config) in place."""
+def apply_method(cfg: PipelineConfig, method: str, method_table: MethodTable) -> PipelineConfig:
+    """Copy of the pipeline config `cfg` whose RL run trains `method`: its estimator, loss form,
+    estimator options and rl overrides (dotted `RunConfig` paths, e.g. ``optim.learning_rate``)."""
     estimator, loss_kind, options, overrides = method_spec(method, method_table)
-    cfg.rl.algo.estimator = estimator
-    cfg.rl.algo.loss_kind = loss_kind
-    cfg.rl.algo.estimator_options = tuple(sorted(options.items()))
-    for path, value in overrides.items():
-        *parents, leaf = path.split(".")
-        node = cfg.rl
-        for part in parents:
-            node = node[part]
-        if leaf not in node:
-            raise ValueError(f"method {method!r} overrides rl.{path}, which the config does not have")
-        node[leaf] = value
+    check_estimator(estimator)
+    rl = with_method(cfg.rl, Method(estimator, options, loss_kind))
+    try:
+        rl = replace_fields(rl, overrides)
+    except ValueError as err:
+        raise ValueError(f"method {method!r} overrides rl fields {sorted(overrides)}: {err}") from err
+    return dataclasses.replace(cfg, rl=rl)
 
 
-def validate_methods(methods: Sequence[str], cfg: ConfigDict, method_table: MethodTable) -> list[str]:
+def validate_methods(methods: Sequence[str], cfg: PipelineConfig, method_table: MethodTable) -> list[str]:
     """Known, distinct method names including `REFERENCE`; each validated with the pipeline config
     (`validate_config`). ValueError naming the bad list or method."""
     methods = list(methods)
@@ -75,7 +71,5 @@ def validate_methods(methods: Sequence[str], cfg: ConfigDict, method_table: Meth
     if REFERENCE not in methods:
         raise ValueError(f"--methods must include {REFERENCE!r} (the reference of the Wilcoxon tests), got {methods}")
     for m in methods:
-        c = ConfigDict(cfg.to_dict())
-        apply_method(c, m, method_table)
-        validate_config(c)
+        validate_config(apply_method(cfg, m, method_table))
     return methods

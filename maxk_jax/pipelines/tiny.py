@@ -19,16 +19,16 @@ import shutil
 from typing import Any, Optional
 
 import jax
-from ml_collections import ConfigDict
 
 from maxk_jax.execution import Executor
 from maxk_jax.pipelines.base_model import prepare_base, prepare_data
-from maxk_jax.pipelines.config import distributed_settings, rl_config, uses_judge_cache, validate_config
+from maxk_jax.pipelines.config import PipelineConfig, rl_config, uses_judge_cache, validate_config
+from maxk_jax.pipelines.config_dict import to_config_dict
 from maxk_jax.pipelines.evaluation import eval_problems, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.phases import PhaseTimer, lead_first, write_json
 
 
-def report_markdown(cfg: ConfigDict, comparison: dict[str, Any], timings: dict[str, dict[str, float]],
+def report_markdown(cfg: PipelineConfig, comparison: dict[str, Any], timings: dict[str, dict[str, float]],
                     base: dict[str, Any], rl_record: dict[str, Any], load: dict[str, Any]) -> str:
     """report.md: setup, per-phase timings, base model facts, then the comparison tables
     (`comparison`: `maxk_jax.eval.compare.compare_runs` of base and trained; `load`: load
@@ -39,10 +39,11 @@ def report_markdown(cfg: ConfigDict, comparison: dict[str, Any], timings: dict[s
     lines = [f"# Tiny pipeline run `{cfg.name}`", "",
              f"- model: {base.get('description')}",
              f"- RL: estimator `{a.estimator}` (k = {a.k}), {cfg.rl.max_steps} steps x {cfg.rl.rollout.prompts} "
-             f"problems x n = {cfg.rl.rollout.n}, lr {cfg.rl.optim.learning_rate}, {a.ppo_iterations} PPO "
-             f"iterations, KL beta {a.kl_beta}; last step reward mean {rl_record.get('reward/mean', float('nan')):.3f}",
-             f"- evaluation: {comparison['num_problems']} test problems, n = {cfg.eval.n} samples each, temperature "
-             f"{cfg.eval.temperature}, identical sample keys for both models (seed {cfg.eval.seed})",
+             f"problems x n = {cfg.rl.rollout.sampler.n}, lr {cfg.rl.optim.learning_rate}, {a.ppo_iterations} PPO "
+             f"iterations, KL beta {a.loss.kl_beta}; last step reward mean "
+             f"{rl_record.get('reward/mean', float('nan')):.3f}",
+             f"- evaluation: {comparison['num_problems']} test problems, n = {cfg.eval.sampler.n} samples each, "
+             f"temperature {cfg.eval.sampler.temperature}, identical sample keys for both models (seed {cfg.eval.seed})",
              f"- machine: {os.cpu_count()} CPUs, load average {load['start']} at start, {load['end']} at end",
              f"- judge: {cfg.executor}, " + ("each distinct (program, tests) judged once" if
                                                  uses_judge_cache(cfg) else "every submission judged"),
@@ -56,13 +57,13 @@ def report_markdown(cfg: ConfigDict, comparison: dict[str, Any], timings: dict[s
     return "\n".join(lines) + "\n" + body
 
 
-def _describe_tiny_base(cfg: ConfigDict, record: dict[str, Any], model_path: str, cached: bool) -> str:
+def _describe_tiny_base(cfg: PipelineConfig, record: dict[str, Any], model_path: str, cached: bool) -> str:
     return (f"tiny Qwen2, {record['param_count']:,} parameters, vocab {record['vocab_size']}, warm-up "
-            f"{cfg.warmup.steps} steps (NLL {record['loss_first']:.2f} -> {record['loss_last50']:.3f}); "
+            f"{cfg.warmup.config.steps} steps (NLL {record['loss_first']:.2f} -> {record['loss_last50']:.3f}); "
             f"{'reused cached' if cached else 'built'} `{model_path}`")
 
 
-def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = True,
+def run_pipeline(cfg: PipelineConfig, *, overwrite: bool = False, progress: bool = True,
                  executor: Optional[Executor] = None) -> dict[str, Any]:
     """Run every phase (module docstring) of the pipeline config `cfg` and return ``{"run_dir",
     "report", "curves", "timings", "comparison"}`` (report / curves None on processes other than
@@ -75,7 +76,7 @@ def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = T
     from maxk_jax.models.tokenizer import load_tokenizer
     from maxk_jax.rl import loop as rl_loop
 
-    rl_loop.initialize_distributed(distributed_settings(cfg))   # before anything asks jax for its devices
+    rl_loop.initialize_distributed(cfg.distributed)   # before anything asks jax for its devices
     validate_config(cfg)
     lead = jax.process_index() == 0       # multi-host: process 0 owns the run directory
     multi = jax.process_count() > 1
@@ -86,7 +87,7 @@ def run_pipeline(cfg: ConfigDict, *, overwrite: bool = False, progress: bool = T
                 raise ValueError(f"run directory {run_dir!r} exists; pass --overwrite or another --name")
             shutil.rmtree(run_dir)
         os.makedirs(run_dir)
-        write_json(os.path.join(run_dir, "pipeline_config.json"), cfg.to_dict())
+        write_json(os.path.join(run_dir, "pipeline_config.json"), to_config_dict(cfg).to_dict())
     if multi:   # the other hosts start once the run directory is in place
         from jax.experimental import multihost_utils
 

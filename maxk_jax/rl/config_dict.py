@@ -36,10 +36,12 @@ _RENAMED = {(losses.LossConfig, "kind"): "loss_kind"}   # flattened fields under
 
 
 def _optional_type(field: dataclasses.Field) -> type | None:
-    """T of a field annotated ``T | None`` (T a scalar), else None."""
+    """T of a field annotated ``T | None`` or ``Optional[T]`` (T a scalar), else None."""
     text = str(field.type).replace(" ", "")
     if text.endswith("|None"):
         return _SCALARS.get(text[:-len("|None")])
+    if text.startswith("Optional[") and text.endswith("]"):
+        return _SCALARS.get(text[len("Optional["):-1])
     return None
 
 
@@ -98,8 +100,9 @@ def _fields_text(cls: type) -> str:
 
 
 def _build(cls: type, values: Mapping[str, Any], section: str,
-           context: Mapping[str, Any] | None = None) -> Any:
-    """An instance of the section class `cls` from its ConfigDict fields (missing = default)."""
+           context: Mapping[str, Any] | None = None, defaults: Any = None) -> Any:
+    """An instance of the section class `cls` from its ConfigDict fields (missing = the field of
+    `defaults`, an instance of `cls`; None = ``cls()``)."""
     values = dict(values)
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
@@ -114,12 +117,13 @@ def _build(cls: type, values: Mapping[str, Any], section: str,
             kwargs[f.name] = _tuples(values.pop(f.name))
     if values:
         raise ValueError(f"{section} has no field(s) {sorted(values)}; valid fields: {_fields_text(cls)}")
-    defaults = cls()   # the section's defaults, e.g. the sampler and loss settings not overridden
+    if defaults is None:
+        defaults = cls()   # the section's defaults, e.g. the sampler and loss settings not overridden
     for name, (sub_cls, sub) in flat.items():
         if sub_cls is losses.LossConfig:
             sub = _resolve_loss(sub, kwargs.get("estimator", defaults.estimator), context or {})
         kwargs[name] = dataclasses.replace(getattr(defaults, name), **sub)
-    return cls(**kwargs)
+    return dataclasses.replace(defaults, **kwargs)
 
 
 def _resolve_loss(sub: dict[str, Any], estimator: str, context: Mapping[str, Any]) -> dict[str, Any]:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import json
 import logging
 import math
 import os
@@ -77,7 +76,7 @@ EvalFn = Callable[[Any, int], dict[str, float]]
 # ------------------------------------------------------------------ data --------------------
 
 def load_problem_set(spec: ProblemSource, tokenizer: Tokenizer) -> list[Problem]:
-    """Problems of a data spec (fields dataset, path, split, problems, options_json, limit,
+    """Problems of a data spec (fields dataset, path, split, problems, options, limit,
     synthetic_*): a Problem JSONL cache, the synthetic family, or any ``load_dataset`` name."""
     if spec.problems:
         problems = load_problems(spec.problems)
@@ -91,7 +90,7 @@ def load_problem_set(spec: ProblemSource, tokenizer: Tokenizer) -> list[Problem]
             raise ValueError(f"synthetic split must be 'train' or 'test', got {spec.split!r}")
         problems = train if spec.split == "train" else test
     elif spec.dataset:
-        options = json.loads(spec.options_json or "{}")
+        options = dict(spec.options)
         from maxk_jax.data.loaders import LOADERS, canonical_name
 
         fn = LOADERS[canonical_name(spec.dataset)][0]

@@ -18,7 +18,6 @@ each way, the schema generated from these defaults).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import numbers
 from collections.abc import Mapping
@@ -71,6 +70,19 @@ def _int_tuple(obj: Any, field: str, name: str, minimum: int) -> None:
     object.__setattr__(obj, field, tuple(int(x) for x in value))
 
 
+def _option_pairs(value: Any, name: str, example: str) -> Options:
+    """`value` (name/value pairs or a mapping) as sorted (name, value) pairs; ValueError naming
+    `name` and the value when it is not pairs or names an option twice."""
+    options = tuple(value.items()) if isinstance(value, Mapping) else value
+    if isinstance(options, (str, bytes)) or not hasattr(options, "__iter__") or not all(
+            isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) for p in options):
+        raise ValueError(f"{name}={value!r} must be (name, value) pairs, e.g. {example}")
+    options = tuple(sorted(((str(k), v) for k, v in options), key=lambda p: p[0]))
+    if len({k for k, _ in options}) != len(options):
+        raise ValueError(f"{name}={options!r} names an option twice")
+    return options
+
+
 def _sampler(s: Any, section: str, *, min_new_tokens: int) -> None:
     """Checks of a section's ``sampler`` (named ``<section>.<field>``, as on the command line)."""
     if not isinstance(s, SamplerSettings):
@@ -114,15 +126,15 @@ class ModelSettings:
 class ProblemSource:
     """Where problems come from: ``problems`` (a Problem JSONL cache, wins), ``dataset`` =
     "synthetic" (the generated family: synthetic_seed / _num_train / _num_test), or a
-    ``load_dataset`` name with ``path`` / ``split`` / ``options_json`` (loader options, a JSON
-    object); ``limit`` keeps the first problems (0 = all)."""
+    ``load_dataset`` name with ``path`` / ``split`` / ``options`` (the loader's keyword options as
+    (name, value) pairs, e.g. ``(("seed", 0),)``; a mapping is accepted and sorted); ``limit`` keeps the first problems (0 = all)."""
 
     SECTION: ClassVar[str] = "data"
     dataset: str = ""
     path: str = ""
     split: str = ""
     problems: str = ""
-    options_json: str = "{}"
+    options: Options = ()
     limit: int = 0
     synthetic_seed: int = 0
     synthetic_num_train: int = 2000
@@ -130,14 +142,9 @@ class ProblemSource:
 
     def __post_init__(self) -> None:
         s = self.SECTION
-        for name in ("dataset", "path", "split", "problems", "options_json"):
+        for name in ("dataset", "path", "split", "problems"):
             _check_type(getattr(self, name), f"{s}.{name}", str)
-        try:
-            options = json.loads(self.options_json or "{}")
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{s}.options_json={self.options_json!r} is not valid JSON: {err}") from err
-        if not isinstance(options, dict):
-            raise ValueError(f"{s}.options_json={self.options_json!r} must be a JSON object")
+        object.__setattr__(self, "options", _option_pairs(self.options, f"{s}.options", "(('seed', 0),)"))
         _check_int(self.limit, f"{s}.limit", 0)
         _check_int(self.synthetic_seed, f"{s}.synthetic_seed", 0)
         _check_int(self.synthetic_num_train, f"{s}.synthetic_num_train")
@@ -220,16 +227,7 @@ class AlgoSettings:
 
     def __post_init__(self) -> None:
         info = estimator_info(self.estimator)   # ValueError "unknown estimator ..." naming the valid ones
-        options = self.estimator_options
-        if isinstance(options, Mapping):
-            options = tuple(options.items())
-        if isinstance(options, (str, bytes)) or not all(
-                isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) for p in options):
-            raise ValueError(f"algo.estimator_options={self.estimator_options!r} must be (name, value) pairs, "
-                             "e.g. (('clamp_delta', 0.5),)")
-        options = tuple(sorted((str(k), v) for k, v in options))
-        if len({k for k, _ in options}) != len(options):
-            raise ValueError(f"algo.estimator_options={options!r} names an option twice")
+        options = _option_pairs(self.estimator_options, "algo.estimator_options", "(('clamp_delta', 0.5),)")
         object.__setattr__(self, "estimator_options", options)
         try:
             get_estimator(info.name, **dict(options))

@@ -5,6 +5,7 @@ import pytest
 
 from experiments.configs import base, tiny, tiny_synthetic
 from maxk_jax.estimators import estimator_info
+from maxk_jax.pipelines import from_config_dict as pipeline_from_config_dict
 from maxk_jax.pipelines import rl_config
 from maxk_jax.rl import loop as rl_loop
 from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
@@ -42,5 +43,18 @@ def test_config_files_round_trip_through_the_typed_config():
         assert from_config_dict(cfg) == base.get_run_config(name)
         assert to_config_dict(from_config_dict(cfg)).to_dict() == cfg.to_dict()
     assert from_config_dict(tiny_synthetic.get_config()) == tiny_synthetic.get_run_config()
-    run = rl_config(tiny.get_config(), "/base", "/run/rl", "/cache/train.jsonl")   # the pipeline's RL run
+    run = rl_config(pipeline_from_config_dict(tiny.get_config()), "/base", "/run/rl", "/cache/train.jsonl")
     assert (run.rollout.prompts, run.rollout.sampler.n, run.max_steps, run.algo.estimator) == (8, 8, 16, "maxk_offpolicy")
+
+
+def test_tiny_pipeline_config_file_serves_the_typed_defaults_and_the_toy_variant():
+    from maxk_jax.pipelines import default_config, toy_config
+
+    assert pipeline_from_config_dict(tiny.get_config()) == default_config()
+    assert pipeline_from_config_dict(tiny.get_config("toy")) == toy_config()
+    with pytest.raises(ValueError, match="unknown variant 'big'"):
+        tiny.get_config("big")
+    # the stand-alone tiny run is the pipeline's RL run with its own deviations (sizes written once)
+    run, rl = tiny_synthetic.get_run_config(), default_config().rl
+    assert (run.rollout, run.algo, run.model, run.mesh) == (rl.rollout, rl.algo, rl.model, rl.mesh)
+    assert (run.optim.learning_rate, run.data.dataset, run.eval.limit) == (1e-3, "synthetic", 32)

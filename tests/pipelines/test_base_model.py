@@ -1,21 +1,20 @@
 """maxk_jax.pipelines.base_model: the base-model cache key covers exactly the settings that change
 the base model; the synthetic split is cached by its settings."""
 from maxk_jax.pipelines import default_config, toy_config
-from maxk_jax.pipelines import base_key, prepare_data, settings_hash
+from maxk_jax.pipelines import base_key, prepare_data, section_dict, settings_hash
+from maxk_jax.rl.run_config import replace_fields
 
 
 def test_base_key_changes_with_every_section():
     c = default_config()
     keys = {base_key(c)}
-    for section, field, value in (("synthetic", "seed", 1), ("tokenizer", "vocab_size", 700),
-                                  ("model", "hidden_size", 96), ("warmup", "noise", 0.1)):
-        changed = default_config()
-        changed[section][field] = value
-        keys.add(base_key(changed))
-    assert len(keys) == 5
-    moved = default_config()
-    moved.rl.algo.estimator = "grpo"  # RL settings do not change the base model
-    moved.model.path = "/elsewhere"   # nor does the (unused) path field
+    for path, value in (("synthetic.seed", 1), ("tokenizer.vocab_size", 700), ("model.hidden_size", 96),
+                        ("warmup.noise", 0.1), ("warmup.config.learning_rate", 0.01),
+                        ("warmup.config.logprob_chunk", 128)):
+        keys.add(base_key(replace_fields(default_config(), {path: value})))
+    assert len(keys) == 7
+    # RL settings do not change the base model, nor does the (unused) path field
+    moved = replace_fields(default_config(), {"rl.algo.estimator": "grpo", "model.path": "/elsewhere"})
     assert base_key(moved) == base_key(c)
 
 
@@ -24,8 +23,8 @@ def test_synthetic_split_is_cached_by_its_settings(tmp_path):
     assert settings_hash({"a": 1, "b": 2}) == settings_hash({"b": 2, "a": 1}) != settings_hash({"a": 1})
     train_path, train, test = prepare_data(cfg, str(tmp_path))
     assert (len(train), len(test)) == (cfg.synthetic.num_train, cfg.synthetic.num_test)
-    assert train_path == str(tmp_path / f"data-{settings_hash(cfg.synthetic.to_dict())}" / "train.jsonl")
+    assert train_path == str(tmp_path / f"data-{settings_hash(section_dict(cfg.synthetic))}" / "train.jsonl")
     again = prepare_data(cfg, str(tmp_path))                        # read back from the JSONL cache
     assert again[0] == train_path and [p.to_dict() for p in again[1]] == [p.to_dict() for p in train]
-    cfg.synthetic.seed = 1
+    cfg = replace_fields(cfg, {"synthetic.seed": 1})
     assert prepare_data(cfg, str(tmp_path))[0] != train_path

@@ -9,6 +9,7 @@ import pytest
 
 from maxk_jax.pipelines import default_config, toy_config
 from maxk_jax.pipelines import aggregate, results_markdown, run_comparison, training_stats
+from maxk_jax.rl.run_config import replace_fields
 from tests.pipelines.fixtures import eval_result, method_table
 
 METHODS = method_table()
@@ -64,19 +65,17 @@ def test_training_stats_and_their_aggregate(tmp_path):
 
 
 def test_large_k_and_dataset_validation(tmp_path):
-    cfg = default_config()
-    cfg.runs_dir = str(tmp_path)
+    cfg = replace_fields(default_config(), {"runs_dir": str(tmp_path)})
     with pytest.raises(ValueError, match="large_k=65"):
         run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0], name="x", large_k=65, method_table=METHODS)
-    cfg.data.dataset = "mbpp"
+    cfg = replace_fields(cfg, {"data.dataset": "mbpp", "model.path": "/ckpt"})
     with pytest.raises(ValueError, match="synthetic task"):
         run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0], name="x", method_table=METHODS)
 
 
 @pytest.mark.slow
 def test_toy_comparison_writes_table_and_plot(tmp_path):
-    cfg = toy_config()
-    cfg.runs_dir = str(tmp_path)
+    cfg = replace_fields(toy_config(), {"runs_dir": str(tmp_path)})
     run = lambda: run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0, 1], name="cmp", large_k=4,  # noqa: E731
                                  progress=False, method_table=METHODS)
     out = run()
@@ -94,6 +93,17 @@ def test_toy_comparison_writes_table_and_plot(tmp_path):
     again = run()
     assert [k for k in again["timings"] if k.startswith(("rl", "eval"))] == []
     assert again["aggregate"]["methods"] == out["aggregate"]["methods"]
-    cfg.rl.max_steps = 3
+    cfg = replace_fields(cfg, {"rl.max_steps": 3})
     with pytest.raises(ValueError, match="different settings"):
         run()
+
+
+def test_settings_written_before_the_typed_options_still_resume():
+    from maxk_jax.pipelines.compare import _upgraded, comparison_settings
+
+    new = json.loads(json.dumps(comparison_settings(default_config(), ["grpo", "maxk_offpolicy"], [0], 64)["config"]))
+    assert "logprob_chunk" not in new["warmup"] and new["data"]["options"] == []
+    old = {**new, "data": {**{k: v for k, v in new["data"].items() if k != "options"}, "options_json": "{}"}}
+    assert _upgraded(old) == new
+    old["data"]["options_json"] = '{"seed": 1}'
+    assert _upgraded(old) != new

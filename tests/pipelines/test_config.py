@@ -1,16 +1,23 @@
-"""maxk_jax.pipelines.config: command-line shortcuts, validation naming the bad field, the judge
-cache rule, and the RL config derived from the pipeline config."""
-import pytest
+"""maxk_jax.pipelines.config / config_dict: the typed PipelineConfig (validation naming the bad
+field, frozen keyword-only sections), command-line shortcuts, the judge cache rule, the RL config
+derived from the pipeline config, and the ConfigDict form (round trip, --config overrides)."""
+import dataclasses
+import json
 
-from maxk_jax.pipelines import default_config
-from maxk_jax.pipelines import apply_overrides, rl_config, uses_judge_cache, validate_config
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from maxk_jax.pipelines import (PipelineConfig, PipelineData, PipelineEval, TinyModelSettings, TokenizerSettings,
+                                WarmupPhase, apply_overrides, default_config, from_config_dict, rl_config,
+                                shortcut_overrides, to_config_dict, toy_config, uses_judge_cache, validate_config)
+from maxk_jax.rl.run_config import replace_fields
 
 
 def test_judge_cache_is_used_for_synthetic_data_only():
     cfg = default_config()
     assert uses_judge_cache(cfg)
-    cfg.executor_cache = False
-    assert not uses_judge_cache(cfg)
+    assert not uses_judge_cache(replace_fields(cfg, {"executor_cache": False}))
     real = apply_overrides(default_config(), model_path="/ckpt", dataset="mbpp")
     assert real.executor_cache and not uses_judge_cache(real)
 
@@ -21,8 +28,9 @@ def test_overrides_return_a_copy_with_the_shortcuts_applied():
                           dataset_path="/d")
     assert (out.name, out.runs_dir, out.rl.algo.estimator, out.rl.algo.k, out.model.path, out.data.dataset,
             out.data.path) == ("x", "/r", "grpo", 2, "/m", "mbpp", "/d")
-    assert cfg.to_dict() == default_config().to_dict()          # the input is unchanged
-    assert apply_overrides(cfg).to_dict() == cfg.to_dict()             # None keeps every value
+    assert cfg == default_config() == PipelineConfig()         # the input is unchanged
+    assert apply_overrides(cfg) == cfg                         # None keeps every value
+    assert shortcut_overrides(k=2, name=None) == {"rl.algo.k": 2}
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -35,33 +43,93 @@ def test_overrides_return_a_copy_with_the_shortcuts_applied():
     (dict(name="a/b"), "plain directory name"),
 ])
 def test_flag_validation(kwargs, match):
-    cfg = apply_overrides(default_config(), **kwargs)
     with pytest.raises(ValueError, match=match):
-        validate_config(cfg)
+        validate_config(apply_overrides(default_config(), **kwargs))
+    with pytest.raises(ValueError, match=match):       # the command-line route: one conversion
+        validate_config(from_config_dict(to_config_dict(default_config()), shortcut_overrides(**kwargs)))
 
 
 @pytest.mark.parametrize("section,field,value,match", [
     ("eval", "n", 0, "eval.n"), ("eval", "temperature", 0.0, "eval.temperature"),
     ("eval", "top_p", 2.0, "eval.top_p must lie in"), ("eval", "top_k", -1, "eval.top_k must be an int >= 0"),
     ("eval", "temperature", float("inf"), "eval.temperature must be a finite float"),
+    ("eval", "num_problems", 0, "eval.num_problems=0 must be an int >= 1"),
     ("warmup", "steps", 0, "WarmupConfig.steps"), ("warmup", "noise", 1.5, "warmup.noise"),
-    ("synthetic", "max_ops", 9, "max_ops"), ("rl", "max_steps", -1, "max_steps"),
+    ("warmup", "per_problem", 0, "warmup.per_problem=0 must be an int >= 1"),
+    ("synthetic", "max_ops", 9, "max_ops"), ("rl", "max_steps", -1, "rl.max_steps"),
+    ("data", "options", '{"seed": 1}', "data.options=.* must be \\(name, value\\) pairs"),
+    ("tokenizer", "vocab_size", 0, "tokenizer.vocab_size=0"), ("model", "num_layers", 1.5, "model.num_layers=1.5"),
 ])
 def test_config_validation(section, field, value, match):
-    cfg = default_config()
-    cfg[section][field] = value
+    tree = to_config_dict(default_config()).to_dict()   # the dict form: no ConfigDict type check
+    tree[section][field] = value
     with pytest.raises(ValueError, match=match):
-        validate_config(cfg)
+        from_config_dict(tree)
+
+
+def test_sections_are_frozen_keyword_only_and_validated_on_construction():
+    with pytest.raises(TypeError):
+        TokenizerSettings(768)   # noqa: positional
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        default_config().seed = 1   # type: ignore[misc]
+    for make, match in [(lambda: PipelineData(path=3), "data.path=3 must be a str"),
+                        (lambda: PipelineData(options=(("a", 1), ("a", 2))), "names an option twice"),
+                        (lambda: TinyModelSettings(hidden_size=0), "model.hidden_size=0 must be an int >= 1"),
+                        (lambda: WarmupPhase(noise=-0.1), r"warmup.noise=-0.1 must be in \[0, 1\]"),
+                        (lambda: PipelineEval(seed=-1), "eval.seed=-1 must be an int >= 0"),
+                        (lambda: PipelineConfig(executor=""), "executor='' must be a non-empty string"),
+                        (lambda: PipelineConfig(eval=3), "eval=3 must be a PipelineEval")]:
+        with pytest.raises(ValueError, match=match):
+            make()
+    assert PipelineData(options={"seed": 2, "a": None}).options == (("a", None), ("seed", 2))
+
+
+def test_config_dict_round_trip_and_errors():
+    for cfg in (default_config(), toy_config(),
+                replace_fields(toy_config(), {"data.options": (("seed", 3),), "warmup.config.logprob_chunk": 64,
+                                              "rl.algo.estimator_options": (("clamp_delta", 0.5),)})):
+        tree = to_config_dict(cfg)
+        assert from_config_dict(tree) == cfg
+        assert from_config_dict(json.loads(tree.to_json_best_effort())) == cfg   # pipeline_config.json
+    tree = to_config_dict(default_config())
+    assert (tree.eval.n, tree.warmup.steps, tree.warmup.noise, tree.rl.rollout.n) == (64, 800, 0.3, 8)
+    bad = tree.to_dict()
+    bad["data"]["options_json"] = "{}"
+    with pytest.raises(ValueError, match=r"data has no field\(s\) \['options_json'\]; valid fields: .*options"):
+        from_config_dict(bad)
+    bad = tree.to_dict()
+    bad["rl"]["algo"]["k"] = 9
+    with pytest.raises(ValueError, match=r"^rl.algo.k=9"):
+        from_config_dict(bad)
+    with pytest.raises(ValueError, match="has no field 'eval.nope'"):
+        from_config_dict(tree, {"eval.nope": 1})
+
+
+def test_command_line_overrides(tmp_path):
+    path = tmp_path / "pipe_cfg.py"
+    path.write_text("from maxk_jax.pipelines import default_config, to_config_dict\n\n\n"
+                    "def get_config():\n    return to_config_dict(default_config())\n")
+    argv = ["prog", f"--config={path}", "--config.rl.max_steps=48", "--config.eval.n=128",
+            "--config.warmup.seed=1", "--config.data.options=(('seed',3),('difficulty','easy'))",
+            "--config.warmup.logprob_chunk=256", "--config.rl.algo.estimator_options=(('clamp_delta',0.5),)"]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", str(path), flag_values=values, lock_config=False, sys_argv=argv)
+    values(argv)
+    cfg = from_config_dict(values.config, shortcut_overrides(k=2, name="cli"))
+    assert (cfg.rl.max_steps, cfg.eval.sampler.n, cfg.warmup.config.seed, cfg.warmup.config.logprob_chunk) == (
+        48, 128, 1, 256)
+    assert cfg.data.options == (("difficulty", "easy"), ("seed", 3))
+    assert (cfg.rl.algo.k, cfg.name, cfg.rl.algo.estimator_options) == (2, "cli", (("clamp_delta", 0.5),))
 
 
 def test_rl_config_fills_in_model_data_judge_and_output():
-    cfg = default_config()
-    cfg.seed, cfg.executor = 7, "embedded:2"
+    cfg = replace_fields(default_config(), {"seed": 7, "executor": "embedded:2"})
     rl = rl_config(cfg, "/base", "/run/rl", "/cache/train.jsonl")
     assert (rl.seed, rl.output_dir, rl.model.path, rl.rollout.executor) == (7, "/run/rl", "/base", "embedded:2")
     assert (rl.data.problems, rl.data.dataset, rl.data.prompt_format) == ("/cache/train.jsonl", "", "statement")
     assert cfg.rl.output_dir == "" and cfg.rl.model.path == ""         # cfg.rl itself is unchanged
     real = apply_overrides(cfg, model_path="/ckpt", dataset="mbpp", dataset_path="/data")
+    real = replace_fields(real, {"data.options": {"seed": 5}})
     rl = rl_config(real, "/ckpt", "/run/rl", None)
-    assert (rl.data.dataset, rl.data.path, rl.data.split, rl.data.problems, rl.data.prompt_format) == (
-        "mbpp", "/data", "train", "", "full")
+    assert (rl.data.dataset, rl.data.path, rl.data.split, rl.data.problems, rl.data.prompt_format,
+            rl.data.options) == ("mbpp", "/data", "train", "", "full", (("seed", 5),))

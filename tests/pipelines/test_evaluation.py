@@ -4,6 +4,7 @@ from maxk_jax.pipelines import default_config
 from maxk_jax.sampling import SamplerSettings
 from maxk_jax.execution import CachingExecutor
 from maxk_jax.pipelines import apply_overrides, eval_settings, open_judge
+from maxk_jax.rl.run_config import replace_fields
 
 
 class _Closable:
@@ -27,8 +28,8 @@ def test_open_judge_wraps_a_given_executor_in_the_cache_on_synthetic_data_only()
 
 
 def test_open_judge_makes_an_owned_executor_from_the_config():
-    cfg = default_config()
-    cfg.executor = "http://127.0.0.1:9"          # built lazily: nothing is contacted until judge()
+    cfg = replace_fields(default_config(), {"executor": "http://127.0.0.1:9"})   # built lazily: nothing is
+    # contacted until judge()
     judge, owned = open_judge(cfg)
     try:
         assert owned and isinstance(judge, CachingExecutor)
@@ -39,8 +40,8 @@ def test_open_judge_makes_an_owned_executor_from_the_config():
 def test_eval_settings_follow_the_eval_section_and_the_rl_prompt_format():
     from types import SimpleNamespace
 
-    cfg = default_config()
-    cfg.eval.update(n=16, max_new_tokens=32, temperature=0.7, top_p=0.9, top_k=5)
+    cfg = replace_fields(default_config(), {"eval.sampler": SamplerSettings(
+        n=16, max_new_tokens=32, temperature=0.7, top_p=0.9, top_k=5)})
     model_config = SimpleNamespace(pad_token_id=3, eos_token_id=[2, 7])
     s = eval_settings(cfg, model_config, SimpleNamespace(pad_token_id=None, eos_token_id=2))
     assert s.sampler == SamplerSettings(n=16, max_new_tokens=32, temperature=0.7, top_p=0.9, top_k=5)

@@ -12,22 +12,22 @@ METHODS = method_table()
 
 
 def test_methods_set_estimator_loss_form_options_and_overrides():
-    cfg = default_config()
-    apply_method(cfg, "maxk_offpolicy_is", METHODS)
-    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind) == ("maxk_offpolicy", "is_weighted")
-    apply_method(cfg, "maxk_offpolicy", METHODS)
-    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind) == ("maxk_offpolicy", "auto")   # the registry's
+    base = default_config()
+    cfg = apply_method(base, "maxk_offpolicy_is", METHODS)
+    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss.kind) == ("maxk_offpolicy", "is_weighted")
+    assert base == default_config()                                    # a copy: the input is unchanged
+    cfg = apply_method(cfg, "maxk_offpolicy", METHODS)
+    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss.kind) == ("maxk_offpolicy", "clipped")   # the registry's
     assert rl_config(cfg, "/m", "/o", "/t").algo.loss.kind == "clipped"
-    apply_method(cfg, "bon_mean", METHODS)
-    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss_kind, cfg.rl.algo.estimator_options) == (
-        "bon_mean", "auto", ())
+    cfg = apply_method(cfg, "bon_mean", METHODS)
+    assert (cfg.rl.algo.estimator, cfg.rl.algo.loss.kind, cfg.rl.algo.estimator_options) == (
+        "bon_mean", "clipped", ())
     assert validate_methods(list(TABLE2_METHODS), default_config(), METHODS) == list(TABLE2_METHODS)
-    apply_method(cfg, "maxk_offpolicy_loo1_is", METHODS)
-    assert (cfg.rl.algo.loss_kind, cfg.rl.algo.estimator_options) == ("is_weighted", (("baseline", "loo1"),))
-    run = rl_config(cfg, "/m", "/o", "/t")   # through the typed path
+    cfg = apply_method(cfg, "maxk_offpolicy_loo1_is", METHODS)
+    run = rl_config(cfg, "/m", "/o", "/t")
     assert (run.algo.loss.kind, run.algo.estimator_options) == ("is_weighted", (("baseline", "loo1"),))
     lr = cfg.rl.optim.learning_rate
-    apply_method(cfg, "grpo_lowlr", METHODS)
+    cfg = apply_method(cfg, "grpo_lowlr", METHODS)
     assert cfg.rl.algo.estimator == "grpo" and cfg.rl.optim.learning_rate == 1.5e-4 != lr
     # a registry name outside the table: its defaults, loss form "auto"
     assert method_spec("tang_loo", {}) == ("tang_loo", "auto", {}, {})

@@ -10,14 +10,13 @@ from maxk_jax.pipelines import default_config
 from maxk_jax.pipelines import toy_config as pipeline_toy_config
 from maxk_jax.eval import compare_runs
 from maxk_jax.pipelines import apply_overrides, prepare_base, prepare_data, report_markdown, run_pipeline
+from maxk_jax.rl.run_config import replace_fields
 from tests.pipelines.fixtures import (TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, eval_result,  # noqa: F401
                                      mbpp_route)
 
 
 def toy_config(runs_dir: str):
-    c = pipeline_toy_config()
-    c.runs_dir = runs_dir
-    return c
+    return replace_fields(pipeline_toy_config(), {"runs_dir": runs_dir})
 
 
 def test_toy_pipeline_writes_the_report(tmp_path):
@@ -65,7 +64,7 @@ def test_report_markdown_lists_setup_phases_and_tables():
                  "each distinct (program, tests) judged once", "## Base vs trained:", "max@4"):
         assert text in md, text
     assert "# Comparison:" not in md
-    cfg.executor_cache = False
+    cfg = replace_fields(cfg, {"executor_cache": False})
     assert "every submission judged" in report_markdown(cfg, comparison, timings, {}, {}, {"start": [], "end": []})
 
 
@@ -99,13 +98,13 @@ def test_real_checkpoint_and_mbpp_route(tmp_path, mbpp_route, hf_datasets_cache)
     data, ckpt = mbpp_route
     cfg = apply_overrides(toy_config(str(tmp_path / "runs")), name="toy_mbpp", model_path=ckpt, dataset="mbpp",
                           dataset_path=data, estimator="grpo")
-    cfg.data.update(train_split="train", eval_split="test")
+    cfg = replace_fields(cfg, {"data.train_split": "train", "data.eval_split": "test"})
     judge = _RecordingExecutor()
     try:
         out = run_pipeline(cfg, progress=False, executor=judge)
     finally:
         judge.close()
-    check_mbpp_run(pathlib.Path(out["run_dir"]), ckpt, cfg.eval.n)
+    check_mbpp_run(pathlib.Path(out["run_dir"]), ckpt, cfg.eval.sampler.n)
     assert not (tmp_path / "runs" / "_cache").exists()  # no synthetic data, no tiny base model built
     # RL sampled the train split (2 steps x 2 problems of 3), evaluation the first two test problems
     rl_funcs, eval_funcs = set(judge.entry_points) & TRAIN_FUNCS, set(judge.entry_points) - TRAIN_FUNCS

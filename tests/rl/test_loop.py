@@ -302,3 +302,21 @@ def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path):
         assert metrics["samples/judged"] == 2 * 4 and metrics["data/position"] == 2.0
         assert {"reward/mean", "ppo/loss", "ppo/it0/grad_norm", "time/train_s"} <= set(metrics)
     assert (tmp_path / "out" / "config.json").is_file()
+
+
+def test_load_problem_set_passes_the_typed_loader_options(tmp_path, monkeypatch):
+    """``data.options`` (name, value) pairs reach the dataset loader as keyword options; an option the
+    loader lacks is named."""
+    import datasets
+
+    from maxk_jax.rl.run_config import DataSettings
+    from tests.pipelines.fixtures import MBPP_TRAIN
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+    (tmp_path / "mbpp").mkdir()
+    (tmp_path / "mbpp" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in MBPP_TRAIN))
+    spec = DataSettings(dataset="mbpp", path=str(tmp_path / "mbpp"), split="train",
+                        options=(("include_challenge_tests", True),))
+    assert [p.id for p in rl_loop.load_problem_set(spec, tokenizer=None)][:1] == ["mbpp/601"]
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['bogus'\] for dataset 'mbpp'"):
+        rl_loop.load_problem_set(replace_fields(spec, {"options": (("bogus", 1),)}), tokenizer=None)

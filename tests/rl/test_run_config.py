@@ -38,7 +38,9 @@ def test_defaults_are_the_papers_hyperparameters():
     (lambda: EvalSettings(interval=-1), r"eval.interval=-1 must be an int >= 0"),
     (lambda: DataSettings(chat="true"), r"data.chat='true' must be True, False or None"),
     (lambda: DataSettings(epochs=0), r"data.epochs=0 must be an int >= 1"),
-    (lambda: DataSettings(options_json="{bad"), r"data.options_json='\{bad' is not valid JSON"),
+    (lambda: DataSettings(options='{"seed": 1}'), r"data.options='\{\"seed\": 1\}' must be \(name, value\) pairs"),
+    (lambda: DataSettings(options=(("seed", 1), ("seed", 2))), r"data.options=.* names an option twice"),
+    (lambda: EvalSettings(options=((1, 2),)), r"eval.options=\(\(1, 2\),\) must be \(name, value\) pairs"),
     (lambda: ModelSettings(dtype="float16"), r"model.dtype='float16' must be"),
     (lambda: OptimSettings(schedule="step"), r"optim.schedule='step' is not one of"),
     (lambda: OptimSettings(learning_rate=0.0), r"optim.learning_rate=0.0 must be a finite number > 0"),
@@ -67,6 +69,7 @@ def test_normalised_values_and_methods():
     algo = AlgoSettings(estimator_options={"clamp_delta": None, "baseline": "loo1"})
     assert algo.estimator_options == (("baseline", "loo1"), ("clamp_delta", None))   # sorted pairs
     assert RolloutConfig(eos_ids=[2, 1]).eos_ids == (2, 1)
+    assert DataSettings(options={"seed": 3, "drop": "x"}).options == (("drop", "x"), ("seed", 3))
     run = with_method(RunConfig(), Method("maxk_offpolicy", loss_kind="is_weighted"), name="is")
     assert (run.name, run.step_config().kind) == ("is", "is_weighted")
     assert with_method(run, Method("grpo")).algo.loss.kind == "clipped"   # the registry's form
@@ -75,7 +78,7 @@ def test_normalised_values_and_methods():
 def test_config_dict_round_trip():
     run = replace_fields(RunConfig(), {
         "algo.estimator_options": {"baseline": "loo1", "clamp_delta": None}, "eval.ks": (1, 2, 8),
-        "rollout.eos_ids": (5, 7), "data.chat": False, "model.logprob_chunk": 4096,
+        "rollout.eos_ids": (5, 7), "data.chat": False, "data.options": (("seed", 3), ("max_tests", None)), "model.logprob_chunk": 4096,
         "algo.loss": LossConfig(kind="is_weighted", aggregation="seq_sum_norm", norm_length=99, kl_beta=0.02)})
     cfg = to_config_dict(run)
     assert cfg.algo.loss_kind == "is_weighted" and cfg.algo.norm_length == 99 and cfg.rollout.n == 8
@@ -124,10 +127,12 @@ def test_command_line_overrides_of_typed_fields(tmp_path):
     run = _parse(tmp_path, "--config.eval.ks=(1,2,4)", "--config.rollout.eos_ids=(151645,151643)",
                  "--config.algo.estimator_options=(('baseline','loo1'),('clamp_delta',None))",
                  "--config.data.chat=true", "--config.model.logprob_chunk=4096",
+                 "--config.data.options=(('seed',3),('difficulty','easy'))",
                  "--config.algo.loss_kind=is_weighted", "--config.rollout.temperature=0.7")
     assert run.eval.ks == (1, 2, 4) and run.rollout.eos_ids == (151645, 151643)
     assert run.algo.estimator_options == (("baseline", "loo1"), ("clamp_delta", None))
     assert run.data.chat is True and run.model.logprob_chunk == 4096
+    assert run.data.options == (("difficulty", "easy"), ("seed", 3))
     assert run.algo.loss.kind == "is_weighted" and run.rollout.sampler.temperature == 0.7
     assert config_lib.eval_ks(run) == [1, 2, 4]
     assert config_lib.render_kwargs(run)["chat"] is True
