@@ -85,9 +85,5 @@ def from_config_dict(cfg: ConfigDict | Mapping[str, Any],
             if name == "rl":
                 raise ValueError(f"rl.{message}") from err
             raise ValueError(message if message.startswith(name) else f"{name}: {message}") from err
-    top = {f.name for f in dataclasses.fields(PipelineConfig)} - set(_SECTION_TYPES)
-    unknown = sorted(set(tree) - top)
-    if unknown:
-        raise ValueError(f"the pipeline config has no field(s) {unknown}; valid top-level fields: "
-                         f"{', '.join(sorted(top | set(_SECTION_TYPES)))}")
+    rl_config_dict.check_top_level(tree, PipelineConfig, _SECTION_TYPES, "the pipeline config")
     return PipelineConfig(**kwargs, **tree)

@@ -156,9 +156,15 @@ def from_config_dict(cfg: ConfigDict | Mapping[str, Any]) -> RunConfig:
         except (ValueError, TypeError) as err:
             message = str(err)
             raise ValueError(message if message.startswith(f"{name}") else f"{name}: {message}") from err
-    top = {f.name for f in dataclasses.fields(RunConfig)} - set(_SECTION_TYPES)
+    check_top_level(tree, RunConfig, _SECTION_TYPES, "the run config")
+    return RunConfig(**kwargs, **tree)
+
+
+def check_top_level(tree: Mapping[str, Any], cls: type, sections: Mapping[str, type], what: str) -> None:
+    """ValueError naming every key of `tree` (the top-level scalars left after the sections were
+    taken out) that is not a field of the config dataclass `cls`, and listing the valid ones."""
+    top = {f.name for f in dataclasses.fields(cls)} - set(sections)
     unknown = sorted(set(tree) - top)
     if unknown:
-        raise ValueError(f"the run config has no field(s) {unknown}; valid top-level fields: "
-                         f"{', '.join(sorted(top | set(_SECTION_TYPES)))}")
-    return RunConfig(**kwargs, **tree)
+        raise ValueError(f"{what} has no field(s) {unknown}; valid top-level fields: "
+                         f"{', '.join(sorted(top | set(sections)))}")
