@@ -94,6 +94,11 @@ def test_config_dict_round_trip_and_errors():
     tree = to_config_dict(default_config())
     assert (tree.eval.n, tree.warmup.steps, tree.warmup.noise, tree.rl.rollout.n) == (64, 800, 0.3, 8)
     bad = tree.to_dict()
+    bad["runs_dirr"] = "/tmp"                         # a misspelt top-level field
+    with pytest.raises(ValueError, match=r"the pipeline config has no field\(s\) \['runs_dirr'\]; valid "
+                                         r"top-level fields: .*runs_dir"):
+        from_config_dict(bad)
+    bad = tree.to_dict()
     bad["data"]["options_json"] = "{}"
     with pytest.raises(ValueError, match=r"data has no field\(s\) \['options_json'\]; valid fields: .*options"):
         from_config_dict(bad)

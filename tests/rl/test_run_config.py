@@ -105,6 +105,11 @@ def test_config_dict_derived_fields_and_errors():
                                          r"estimator_options"):
         from_config_dict(tree)
     tree = to_config_dict(RunConfig()).to_dict()
+    tree["max_stepz"] = 3                             # a misspelt top-level field
+    with pytest.raises(ValueError, match=r"the run config has no field\(s\) \['max_stepz'\]; valid top-level "
+                                         r"fields: .*max_steps"):
+        from_config_dict(tree)
+    tree = to_config_dict(RunConfig()).to_dict()
     tree["eval"]["temperature"] = -1.0
     with pytest.raises(ValueError, match="eval.temperature must be a finite float >= 0"):
         from_config_dict(tree)
