@@ -26,17 +26,13 @@ from typing import Any, ClassVar, NamedTuple
 from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.rl import losses
 from maxk_jax.rl.rollout import PROMPT_FORMATS
-from maxk_jax.rl.training import StepConfig
+from maxk_jax.rl.training import StepConfig, _is_int, loss_kind
 from maxk_jax.sampling import MIN_PROMPT_BUCKET, SamplerSettings, validate_filters
 from maxk_jax.sharding import MeshConfig
 
 DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("constant", "cosine", "linear")
 Options = tuple[tuple[str, Any], ...]
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _check_int(value: Any, name: str, minimum: int = 1) -> None:
@@ -410,12 +406,12 @@ class Method(NamedTuple):
     loss_kind: str = "auto"
 
 
-def loss_form(estimator: str, loss_kind: str = "auto") -> str:
-    """The loss form of `estimator`: `loss_kind`, or the registry's form when it is "auto"."""
-    if loss_kind == "auto":
-        return estimator_info(estimator).loss_form
-    _check_choice(loss_kind, "loss_kind", ("auto",) + losses.KINDS)
-    return loss_kind
+def loss_form(estimator: str, kind: str = "auto") -> str:
+    """The loss form of `estimator`: `kind`, or the registry's form (`training.loss_kind`) when it is "auto"."""
+    if kind == "auto":
+        return loss_kind(estimator)
+    _check_choice(kind, "loss_kind", ("auto",) + losses.KINDS)
+    return kind
 
 
 def with_method(run: RunConfig, method: Method, *, name: str | None = None) -> RunConfig:
