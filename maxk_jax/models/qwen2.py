@@ -27,31 +27,34 @@ always float32.
 Padding: batches are LEFT-padded; ``attention_mask[b, t] = 1`` marks real tokens and positions are
 ``clip(cumsum(mask) - 1, 0)`` (as HF ``generate``). Outputs at padded positions are meaningless.
 
-KV-cache API (all functions are jit-compiled with the config static)::
+KV-cache API: a SHARED-PREFIX cache for n samples of each of P prompts (all functions are
+jit-compiled with the config static; n = 1 is an ordinary per-sequence cache)::
 
-    cache = init_cache(config, batch=B, max_len=S)          # empty KVCache
+    cache = init_cache(config, batch=P, prompt_len=Tp, new_len=S, n=n)    # empty KVCache
     logits, cache = prefill(config, params, tokens, attention_mask, cache, last_only=False)
-        # tokens, attention_mask: [B, T] (T <= S, left-padded, cache must be fresh);
-        # logits [B, T, V] float32 ([B, V] of the last position with last_only=True);
-        # K/V of the T tokens written to slots 0..T-1, cache.valid[:, :T] = attention_mask,
-        # cache.index = T for every row.
-    cache = repeat_cache(cache, n)                            # row b -> rows b*n .. b*n+n-1
+        # tokens, attention_mask: [P, T] (T <= Tp, left-padded); logits [P, T, V] float32
+        # ([P, V] of the last position with last_only=True); the prompts' K/V go to prompt
+        # slots 0..T-1 ONCE per prompt, prompt_valid[:, :T] = attention_mask, length = 0.
     logits, cache = decode_step(config, params, tokens, positions, cache)
-        # tokens, positions: [B] int32 (position = number of real tokens before this one);
-        # writes K/V into slot cache.index[b] of row b, marks it valid, attends over every valid
-        # slot (causality comes from the slots written so far), returns logits [B, V] float32
-        # and cache.index + 1. The caller must keep index < max_len: writes past the end of the
-        # cache are dropped by XLA's scatter semantics, so allocate max_len >= T + new tokens.
+        # tokens, positions: [P*n] int32 (row p*n + i = sample i of prompt p; position = number
+        # of real tokens before this one); attends over the row's prompt (valid prompt slots)
+        # and its own generated slots 0..length-1 plus itself, writes its K/V into generated
+        # slot ``length`` of every row, returns logits [P*n, V] float32 and length + 1. The
+        # caller keeps length < S (a write past the end is dropped).
 
-``KVCache`` is a ``flax.struct.dataclass`` (a plain pytree): ``k, v [L, B, K, S, D]`` (batch on
-axis 1), ``valid [B, S]`` bool and ``index [B]`` int32 (batch on axis 0). Use
-:func:`repeat_cache` (not a blanket ``tree_map``) to broadcast prompts to samples.
+``KVCache`` is a ``flax.struct.dataclass`` (a plain pytree): ``prompt_k, prompt_v [L, P, K, Tp, D]``
+and ``prompt_valid [P, Tp]`` (prompt batch on axis 1 / 0), ``k, v [L, P*n, K, S, D]`` (the
+samples' own tokens; sample batch on axis 1) and ``length [] int32`` (every row generates in
+lockstep, so one slot counter serves all). The prompt's K/V are never copied n times:
+:func:`attend_decode` scores the grouped queries of the n samples [P, n, K, G, D] against the
+prompt block with one einsum that broadcasts over n, scores the samples' own block and the
+token itself separately, and normalises all of them with ONE softmax (a shared running max and
+denominator): the result equals attention over the concatenated [prompt, generated, self] keys.
 
 Decode performance (CPU): the heads-before-slots layout makes each (row, kv head) a contiguous
-[S, D] block; :func:`attend_decode` contracts the grouped queries [B, K, G, D] against it without
-repeating K/V, and adds the token's own key/value as one extra score, so the layer scan only
-READS the cache. ``decode_step`` then scatters all layers' new K/V into slot ``index`` at once:
-inside a ``while_loop`` with the cache in the carry this is in place (no per-step cache copy; the
+[S, D] block, contracted without repeating K/V over query groups; the layer scan only READS the
+cache. ``decode_step`` then writes all layers' new K/V into slot ``length`` at once: inside a
+``while_loop`` with the cache in the carry this is in place (no per-step cache copy; the
 layers are deliberately NOT unrolled -- unrolling made XLA:CPU copy the whole cache twice per
 step).
 """
@@ -173,28 +176,49 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Arr
     return out.reshape(b, t, h, d)
 
 
-def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, cache_k: jax.Array,
+def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array,
+                  prompt_v: jax.Array, prompt_valid: jax.Array, cache_k: jax.Array,
                   cache_v: jax.Array, valid: jax.Array) -> jax.Array:
-    """One-token GQA attention over a ``[B,K,S,D]`` cache plus the token's own key/value.
+    """One-token GQA attention over a shared prompt block, the row's own cache and the token.
 
-    q [B,H,D], k_new/v_new [B,K,D] (this token, not yet in the cache), cache_k/cache_v [B,K,S,D],
-    valid [B,S] bool (cached slots to attend to) -> [B,H,D]. The query heads are grouped as
-    [B,K,G,D] (G = H // K) and contracted against the cache directly (no repeated K/V); the
-    token always sees itself, so no row is empty. Scores and softmax in float32.
+    q [B,H,D], k_new/v_new [B,K,D] (this token, not yet in the cache); prompt_k/prompt_v
+    [P,K,Tp,D] with prompt_valid [P,Tp] bool, shared by the n = B // P consecutive rows
+    p*n .. p*n+n-1; cache_k/cache_v [B,K,S,D] with valid [S] or [B,S] bool (the row's own
+    cached slots) -> [B,H,D]. Query heads are grouped as [.., K, G, D] (G = H // K); the prompt
+    block is contracted against the n rows' queries by one einsum that broadcasts over n (no
+    n-fold copy), and the three score blocks share one softmax (common max and denominator),
+    so the result equals attention over the concatenated keys. The token always sees itself,
+    so no row is empty. Scores and softmax in float32.
     """
     b, h, d = q.shape
-    kv = cache_k.shape[1]
-    qg = q.reshape(b, kv, h // kv, d)
+    p, kv, _, _ = prompt_k.shape
+    if b % p:
+        raise ValueError(f"attend_decode: {b} query rows are not a multiple of {p} prompts")
+    n, g = b // p, h // kv
+    qg = q.reshape(b, kv, g, d)
     scale = d ** -0.5
+    neg = jnp.finfo(jnp.float32).min
+    # Prompt block, scores [P, K, n, G, Tp]: one matmul per (prompt, kv head) over its n*G queries.
+    s_prompt = jnp.einsum("pnkgd,pksd->pkngs", qg.reshape(p, n, kv, g, d), prompt_k,
+                          preferred_element_type=jnp.float32) * scale
+    s_prompt = jnp.where(prompt_valid[:, None, None, None, :], s_prompt, neg)
+    # Own block, scores [B, K, G, S].
     s_cache = jnp.sum(qg.astype(jnp.float32)[:, :, :, None, :]
                       * cache_k.astype(jnp.float32)[:, :, None, :, :], axis=-1) * scale
-    s_cache = jnp.where(valid[:, None, None, :], s_cache, jnp.finfo(jnp.float32).min)
+    s_cache = jnp.where(jnp.broadcast_to(valid, (b, cache_k.shape[2]))[:, None, None, :],
+                        s_cache, neg)
     s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=jnp.float32) * scale
-    m = jnp.maximum(jnp.max(s_cache, axis=-1), s_self)
+    m_prompt = jnp.max(s_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g)
+    m = jnp.maximum(jnp.maximum(m_prompt, jnp.max(s_cache, axis=-1)), s_self)  # [B, K, G]
+    m_pkng = m.reshape(p, n, kv, g).transpose(0, 2, 1, 3)
+    p_prompt = jnp.exp(s_prompt - m_pkng[..., None])
     p_cache = jnp.exp(s_cache - m[..., None])
     p_self = jnp.exp(s_self - m)
-    denom = jnp.sum(p_cache, axis=-1) + p_self
-    out = jnp.sum(p_cache[..., None] * cache_v.astype(jnp.float32)[:, :, None, :, :], axis=-2)
+    denom = (jnp.sum(p_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g)
+             + jnp.sum(p_cache, axis=-1) + p_self)
+    out_prompt = jnp.einsum("pkngs,pksd->pkngd", p_prompt, prompt_v.astype(jnp.float32))
+    out = out_prompt.transpose(0, 2, 1, 3, 4).reshape(b, kv, g, d)
+    out = out + jnp.sum(p_cache[..., None] * cache_v.astype(jnp.float32)[:, :, None, :, :], axis=-2)
     out = (out + p_self[..., None] * v_new[:, :, None, :].astype(jnp.float32)) / denom[..., None]
     return out.astype(q.dtype).reshape(b, h, d)
 
@@ -212,8 +236,9 @@ class Attention(nn.Module):
         """x [B,T,E] -> ([B,T,E], this call's new (k, v) or None).
 
         'full': no cache, returns None. 'prefill': returns k, v [B,T,K,D]. 'decode' (T = 1):
-        reads layer_cache (k, v) [B,K,S,D] (mask [B,1,S] = cached slots to attend to) and
-        returns the token's k, v [B,K,D]; the caller writes them into the cache.
+        reads layer_cache (prompt_k, prompt_v [P,K,Tp,D], k, v [B,K,S,D]) with mask
+        (prompt_valid [P,Tp], valid [S]) = the slots to attend to (see :func:`attend_decode`)
+        and returns the token's k, v [B,K,D]; the caller writes them into the cache.
         """
         cfg, pd, cd = self.config, self.config.params_dtype, self.config.compute_dtype
         e, h, k_, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim_
@@ -235,9 +260,10 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
         if self.mode == "decode":
-            ck, cv = layer_cache
-            out = attend_decode(q[:, 0], k[:, 0], v[:, 0], ck.astype(cd), cv.astype(cd),
-                                mask[:, 0])[:, None]
+            pk, pv, ck, cv = layer_cache
+            prompt_valid, valid = mask
+            out = attend_decode(q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd),
+                                prompt_valid, ck.astype(cd), cv.astype(cd), valid)[:, None]
             new_kv = (k[:, 0], v[:, 0])  # [B, K, D]: written into the cache after the scan
         else:
             out = attend(q, k, v, mask)
@@ -323,8 +349,9 @@ class Qwen2(nn.Module):
     def __call__(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array,
                  cache_kv: tuple[jax.Array, jax.Array] | None = None
                  ) -> tuple[jax.Array, Any]:
-        """tokens/positions [B,T] int, mask [B,T,S] bool; cache_kv ([L,B,K,S,D],)*2 (read only,
-        decode mode) or None. Returns (logits, new k/v stacked over layers: prefill
+        """tokens/positions [B,T] int, mask [B,T,S] bool; decode mode: mask = (prompt_valid
+        [P,Tp], valid [S]) and cache_kv = (prompt_k, prompt_v [L,P,K,Tp,D], k, v [L,B,K,S,D])
+        (read only), else cache_kv None. Returns (logits, new k/v stacked over layers: prefill
         ([L,B,T,K,D],)*2, decode ([L,B,K,D],)*2, full None); with ``head=False`` the first
         element is the final-normed hidden state [B,T,E] in the compute dtype instead of logits."""
         cfg = self.config
@@ -360,17 +387,30 @@ class Qwen2(nn.Module):
 
 @flax.struct.dataclass
 class KVCache:
-    """Per-layer keys/values of every cached slot (a plain pytree; see the module docstring)."""
+    """Shared-prefix KV cache of P prompts x n samples (a plain pytree; see the module
+    docstring): the prompts' keys/values once, each sample's generated keys/values apart."""
 
-    k: jax.Array  # [L, B, K, S, D]
-    v: jax.Array  # [L, B, K, S, D]
-    valid: jax.Array  # [B, S] bool: slot holds a real (non-padding) token
-    index: jax.Array  # [B] int32: next slot to write
+    prompt_k: jax.Array  # [L, P, K, Tp, D]
+    prompt_v: jax.Array  # [L, P, K, Tp, D]
+    prompt_valid: jax.Array  # [P, Tp] bool: prompt slot holds a real (non-padding) token
+    k: jax.Array  # [L, P*n, K, S, D]: generated tokens; row p*n + i = sample i of prompt p
+    v: jax.Array  # [L, P*n, K, S, D]
+    length: jax.Array  # [] int32: generated slots filled (= the next one to write), every row
+
+    @property
+    def prompt_len(self) -> int:
+        """Number of prompt slots Tp."""
+        return self.prompt_k.shape[3]
 
     @property
     def max_len(self) -> int:
-        """Number of slots S."""
+        """Number of generated-token slots S."""
         return self.k.shape[3]
+
+    @property
+    def n(self) -> int:
+        """Samples per prompt (rows of k / rows of prompt_k)."""
+        return self.k.shape[1] // self.prompt_k.shape[1]
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
@@ -478,86 +518,87 @@ def param_count(config: Qwen2Config) -> int:
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_params(config))))
 
 
-def init_cache(config: Qwen2Config, batch: int, max_len: int,
+def init_cache(config: Qwen2Config, batch: int, prompt_len: int, new_len: int, n: int = 1,
                dtype: Any | None = None) -> KVCache:
-    """Empty cache: k/v zeros [L,B,K,S,D] (dtype defaults to the compute dtype), no valid slot."""
-    if batch <= 0 or max_len <= 0:
-        raise ValueError(f"init_cache needs batch > 0 and max_len > 0, got {batch}, {max_len}")
+    """Empty shared-prefix cache for ``batch`` = P prompts of up to ``prompt_len`` = Tp tokens and
+    ``n`` samples each with ``new_len`` = S generated-token slots: prompt_k/v zeros [L,P,K,Tp,D],
+    k/v zeros [L,P*n,K,S,D] (dtype defaults to the compute dtype), no valid slot, length 0."""
+    for name, value in (("batch", batch), ("prompt_len", prompt_len), ("new_len", new_len),
+                        ("n", n)):
+        if value <= 0:
+            raise ValueError(f"init_cache needs {name} > 0, got {value}")
     dtype = config.compute_dtype if dtype is None else jnp.dtype(dtype)
-    shape = (config.num_layers, batch, config.num_kv_heads, max_len, config.head_dim_)
-    return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
-                   valid=jnp.zeros((batch, max_len), jnp.bool_),
-                   index=jnp.zeros((batch,), jnp.int32))
+    l, kv, d = config.num_layers, config.num_kv_heads, config.head_dim_
+    prompt = (l, batch, kv, prompt_len, d)
+    own = (l, batch * n, kv, new_len, d)
+    return KVCache(prompt_k=jnp.zeros(prompt, dtype), prompt_v=jnp.zeros(prompt, dtype),
+                   prompt_valid=jnp.zeros((batch, prompt_len), jnp.bool_),
+                   k=jnp.zeros(own, dtype), v=jnp.zeros(own, dtype),
+                   length=jnp.zeros((), jnp.int32))
 
 
 def cache_logical_axes() -> KVCache:
-    """Logical axis names of every :class:`KVCache` field (for sharding a cache)."""
+    """Logical axis names of every :class:`KVCache` field (for sharding a cache): the prompt
+    and the sample blocks are both split along their batch axis ('cache_batch')."""
     kv = jax.sharding.PartitionSpec("layers", "cache_batch", "cache_kv_heads", "cache_length",
                                     "head_dim")
-    return KVCache(k=kv, v=kv, valid=jax.sharding.PartitionSpec("cache_batch", "cache_length"),
-                   index=jax.sharding.PartitionSpec("cache_batch"))
-
-
-def repeat_cache(cache: KVCache, n: int) -> KVCache:
-    """Repeat every row n times along the batch axis: [.., B, ..] -> [.., B*n, ..] (row b becomes
-    rows b*n .. b*n+n-1, matching ``jnp.repeat``)."""
-    return KVCache(k=jnp.repeat(cache.k, n, axis=1), v=jnp.repeat(cache.v, n, axis=1),
-                   valid=jnp.repeat(cache.valid, n, axis=0), index=jnp.repeat(cache.index, n))
+    return KVCache(prompt_k=kv, prompt_v=kv,
+                   prompt_valid=jax.sharding.PartitionSpec("cache_batch", "cache_length"),
+                   k=kv, v=kv, length=jax.sharding.PartitionSpec())
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames="last_only")
 def prefill(config: Qwen2Config, params: Params, tokens: jax.Array, attention_mask: jax.Array,
             cache: KVCache, *, last_only: bool = False) -> tuple[jax.Array, KVCache]:
-    """Run T prompt tokens [B,T] (left-padded, mask [B,T]) through a fresh cache.
+    """Run P prompts [P,T] (left-padded, mask [P,T]) through the cache's prompt block, once each.
 
-    Returns float32 logits [B,T,V] (``last_only=True``: only the last position, [B,V], without
-    materialising the others) and the cache with slots 0..T-1 filled, ``valid[:, :T] = mask``
-    and ``index = T``.
+    Returns float32 logits [P,T,V] (``last_only=True``: only the last position, [P,V], without
+    materialising the others) and the cache with prompt slots 0..T-1 filled,
+    ``prompt_valid[:, :T] = mask`` and ``length = 0`` (no generated token yet).
     """
     mask = _check_tokens(tokens, attention_mask)
     b, t = tokens.shape
-    if cache.k.shape[1] != b:
-        raise ValueError(f"cache batch {cache.k.shape[1]} != tokens batch {b}")
-    if t > cache.max_len:
-        raise ValueError(f"prompt length {t} exceeds cache max_len {cache.max_len}")
+    if cache.prompt_k.shape[1] != b:
+        raise ValueError(f"cache prompt batch {cache.prompt_k.shape[1]} != tokens batch {b}")
+    if t > cache.prompt_len:
+        raise ValueError(f"prompt length {t} exceeds cache prompt_len {cache.prompt_len}")
     out, (k, v) = Qwen2(config, mode="prefill", last_only=last_only).apply(
         {"params": params}, tokens, positions_from_mask(mask), _causal_mask(mask))
-    # [L,B,T,K,D] -> [L,B,K,T,D], written into slots 0..T-1.
-    k = jax.lax.dynamic_update_slice(cache.k, k.swapaxes(2, 3).astype(cache.k.dtype),
+    # [L,P,T,K,D] -> [L,P,K,T,D], written into prompt slots 0..T-1.
+    k = jax.lax.dynamic_update_slice(cache.prompt_k, k.swapaxes(2, 3).astype(cache.prompt_k.dtype),
                                      (0, 0, 0, 0, 0))
-    v = jax.lax.dynamic_update_slice(cache.v, v.swapaxes(2, 3).astype(cache.v.dtype),
+    v = jax.lax.dynamic_update_slice(cache.prompt_v, v.swapaxes(2, 3).astype(cache.prompt_v.dtype),
                                      (0, 0, 0, 0, 0))
-    valid = jax.lax.dynamic_update_slice(jnp.zeros_like(cache.valid), mask, (0, 0))
+    valid = jax.lax.dynamic_update_slice(jnp.zeros_like(cache.prompt_valid), mask, (0, 0))
     out = out[:, -1] if last_only else out
-    return out, KVCache(k=k, v=v, valid=valid, index=jnp.full((b,), t, jnp.int32))
+    return out, cache.replace(prompt_k=k, prompt_v=v, prompt_valid=valid,
+                              length=jnp.zeros((), jnp.int32))
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def decode_step(config: Qwen2Config, params: Params, tokens: jax.Array, positions: jax.Array,
                 cache: KVCache) -> tuple[jax.Array, KVCache]:
-    """One token per row: tokens [B], positions [B] -> (float32 logits [B,V], advanced cache)."""
+    """One token per sample row: tokens [P*n], positions [P*n] -> (float32 logits [P*n,V], the
+    cache with these tokens' K/V in generated slot ``length`` and length + 1)."""
     if tokens.ndim != 1 or positions.shape != tokens.shape:
         raise ValueError(f"decode_step needs tokens [B] and positions [B], got {tokens.shape} "
                          f"and {positions.shape}")
+    if cache.k.ndim != 5 or cache.prompt_k.ndim != 5:
+        raise ValueError(f"cache k / prompt_k must be [L,B,K,S,D], got shapes {cache.k.shape}, "
+                         f"{cache.prompt_k.shape}")
     if cache.k.shape[1] != tokens.shape[0]:
-        raise ValueError(f"cache batch {cache.k.shape[1]} != tokens batch {tokens.shape[0]}")
-    if cache.k.ndim != 5:
-        raise ValueError(f"cache.k must be [L,B,K,S,D], got shape {cache.k.shape}")
-    b = tokens.shape[0]
-    rows = jnp.arange(b)
-    # The token attends to the valid cached slots (never its own, not yet written, slot) plus its
+        raise ValueError(f"cache sample batch {cache.k.shape[1]} != tokens batch {tokens.shape[0]}")
+    # The token attends to the valid prompt slots, the generated slots before ``length`` and its
     # own key/value; the layers only READ the cache, so the scan never copies it. The new K/V of
-    # all layers are scattered into slot index[b] afterwards (in place when the cache is donated).
-    seen = cache.valid & (jnp.arange(cache.max_len)[None, :] != cache.index[:, None])
+    # all layers are written into slot ``length`` afterwards (in place when the cache is donated).
+    valid = jnp.arange(cache.max_len) < cache.length
     out, (k_new, v_new) = Qwen2(config, mode="decode").apply(
         {"params": params}, tokens[:, None], positions[:, None].astype(jnp.int32),
-        seen[:, None, :], (cache.k, cache.v))
-    # The barrier makes the scatter wait for the logits, i.e. for every layer's read of the old
+        (cache.prompt_valid, valid), (cache.prompt_k, cache.prompt_v, cache.k, cache.v))
+    # The barrier makes the write wait for the logits, i.e. for every layer's read of the old
     # cache; otherwise XLA may schedule the write first and copy the whole cache every step.
     out, k_new, v_new = jax.lax.optimization_barrier((out, k_new, v_new))
-    layers = jnp.arange(cache.k.shape[0])[:, None]
-    idx = (layers, rows[None, :], slice(None), cache.index[None, :])  # -> [L, B, K, D]
-    k = cache.k.at[idx].set(k_new.astype(cache.k.dtype), mode="drop")
-    v = cache.v.at[idx].set(v_new.astype(cache.v.dtype), mode="drop")
-    valid = cache.valid.at[rows, cache.index].set(True, mode="drop")
-    return out[:, 0], KVCache(k=k, v=v, valid=valid, index=cache.index + 1)
+    # [L, B, K, D] into slot ``length`` (dropped when length >= S).
+    k = cache.k.at[:, :, :, cache.length].set(k_new.astype(cache.k.dtype), mode="drop")
+    v = cache.v.at[:, :, :, cache.length].set(v_new.astype(cache.v.dtype), mode="drop")
+    return out[:, 0], cache.replace(k=k, v=v, length=cache.length + 1)

@@ -9,14 +9,15 @@ Private modules: ``_sampler`` (prefill, decode loop, padding/bucketing, keys) an
 """
 from maxk_jax.sampling._filters import (greedy_logprobs, sampling_logprobs, top_k_mask, top_p_mask,
                                         validate_filters)
-from maxk_jax.sampling._sampler import (MIN_PROMPT_BUCKET, SampleOutput, SamplerSettings, draw,
-                                        first_argmax, generate, gumbel_max, is_stop, next_pow2,
-                                        pad_prompts, prompt_batch_bucket, record, stop_id_array,
+from maxk_jax.sampling._sampler import (MIN_PROMPT_BUCKET, PROMPT_BUCKET_STEP, SampleOutput,
+                                        SamplerSettings, draw, first_argmax, generate, gumbel_max,
+                                        is_stop, next_pow2, pad_prompts, prompt_batch_bucket,
+                                        prompt_length_bucket, record, stop_id_array,
                                         to_token_lists)
 
 __all__ = [
-    "MIN_PROMPT_BUCKET", "SampleOutput", "SamplerSettings", "draw", "first_argmax", "generate",
+    "MIN_PROMPT_BUCKET", "PROMPT_BUCKET_STEP", "SampleOutput", "SamplerSettings", "draw", "first_argmax", "generate",
     "greedy_logprobs", "gumbel_max", "is_stop", "next_pow2", "pad_prompts", "prompt_batch_bucket",
-    "record", "sampling_logprobs", "stop_id_array", "to_token_lists", "top_k_mask", "top_p_mask",
+    "prompt_length_bucket", "record", "sampling_logprobs", "stop_id_array", "to_token_lists", "top_k_mask", "top_p_mask",
     "validate_filters",
 ]

@@ -9,15 +9,23 @@
 How it runs (two jit-compiled functions, config and :class:`SamplerSettings` static):
 
 1. **Prefill** (:func:`_prefill`): the P prompts are left-padded to a bucket length
-   ``Tp = max(min_prompt_bucket, next_pow2(longest prompt))`` and the batch to
+   ``Tp = prompt_length_bucket(max(longest prompt, min_prompt_bucket))``: the next power of two
+   up to 128 (16, 32, 64, 128 with the default minimum 16), then the next multiple of
+   ``PROMPT_BUCKET_STEP`` = 128 (256, 384, 512, ...: at most 127 padding slots, one compiled
+   shape per 128 tokens of prompt length). The batch is padded to
    ``Pb = prompt_batch_bucket(P, batch shards)`` rows (1, 2, 4, 8, then multiples of 8, rounded
    up to a multiple of the shard count; dummy one-token prompts, discarded), so new prompt
-   lengths / counts reuse a compiled program. Each prompt is run through the model ONCE;
-   the cache rows and the last-position logits are then ``jnp.repeat``-ed n times (row p becomes
-   rows p*n .. p*n+n-1). The cache has ``Tp + T - 1`` slots.
+   lengths / counts reuse a compiled program. Each prompt is run through the model ONCE and its
+   K/V are stored ONCE in a shared-prefix :class:`maxk_jax.models.qwen2.KVCache`: the prompt
+   block [L, Pb, K, Tp, D] and, per sample row (row p*n + i = sample i of prompt p), a block of
+   ``max(T - 1, 1)`` generated-token slots [L, Pb*n, K, T-1, D]; only the last-position logits
+   are repeated n times ([Pb*n, V]).
 2. **Decode** (:func:`_decode`, cache donated): token 0 is drawn from the prefill logits, then a
    ``lax.while_loop`` runs one ``qwen2.decode_step`` per token and stops as soon as every row has
-   produced a stop token or T tokens were generated (``num_steps`` reports how many).
+   produced a stop token or T tokens were generated (``num_steps`` reports how many). Each step
+   attends to the row's prompt (read from the shared block by an einsum that broadcasts over
+   the n samples, never an n-fold copy) and to its own generated slots under ONE softmax
+   (:func:`maxk_jax.models.qwen2.attend_decode`): exactly attention over prompt + completion.
 
 Sampling distribution: :func:`maxk_jax.sampling._filters.sampling_logprobs` (temperature, top-k,
 top-p in that order; truncated and renormalised; temperature 0 = greedy with log-prob 0). The
@@ -40,8 +48,10 @@ with log-prob 0 and ``mask`` False. Stop ids and the pad id are runtime data (st
 a power-of-two array >= 8 with -1), so changing them does not recompile; n, T, temperature,
 top-k and top-p are static (:class:`SamplerSettings`) and each new value compiles once.
 
-Sharding: with ``mesh`` (see :mod:`maxk_jax.sharding`) the prompt batch, keys, KV cache and
-outputs are split along the mesh's batch axes ``('data', 'fsdp')`` and the model's activation
+Sharding: with ``mesh`` (see :mod:`maxk_jax.sharding`) the prompt batch, keys, KV cache (the
+prompt block over its Pb rows, the sample block over its Pb*n rows: a shard holds whole prompts
+and their samples, since Pb is a multiple of the shard count) and outputs are split along the
+mesh's batch axes ``('data', 'fsdp')`` and the model's activation
 constraints are active. Parameters are used as placed by the caller (e.g.
 ``sharding.shard_params``); leaves not already on ``mesh`` are replicated onto it on every call.
 Multi-host (a mesh spanning several JAX processes): every host calls ``generate`` at the same
@@ -51,7 +61,9 @@ A data-only mesh gives bit-identical results to the unsharded run (tested on 8 d
 fsdp/tensor axes the matmul reductions are split, so log-probs agree to float rounding and a
 token can differ only in a near-tie.
 
-Cost notes: the prefill projects only the last prompt position to logits
+Cost notes: KV-cache bytes are ``2 * L * K * D * itemsize * (Pb * Tp + Pb * n * (T - 1))``
+(prompt once + samples' own tokens; before the shared prefix: ``Pb * n * (Tp + T - 1)`` rows
+with a power-of-two Tp). The prefill projects only the last prompt position to logits
 (``qwen2.prefill(..., last_only=True)``: no [Pb, Tp, V] array). Decode work is proportional to the
 row count Pb * n, so the prompt-count bucket (:func:`prompt_batch_bucket`) grows in steps of 8
 above 8 prompts (powers of two below) instead of doubling: at most 7 dummy prompts, and still
@@ -77,8 +89,10 @@ from maxk_jax.models import qwen2
 from maxk_jax.sampling import sampling_logprobs, validate_filters
 
 Params = Any
-#: Smallest prompt-length bucket (prompts are left-padded to a power of two at least this long).
+#: Smallest prompt-length bucket (see :func:`prompt_length_bucket`).
 MIN_PROMPT_BUCKET = 16
+#: Prompt-length bucket granularity above it: lengths > 128 are padded to a multiple of this.
+PROMPT_BUCKET_STEP = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +126,7 @@ class _LoopState:
     """Carry of the decode ``while_loop`` (B = Pb * n rows, T = max_new_tokens)."""
 
     step: jax.Array  # [] int32: index of the next token to generate
-    cache: qwen2.KVCache  # [L, B, K, S, D] keys/values, S = Tp + T - 1
+    cache: qwen2.KVCache  # prompt block [L, Pb, K, Tp, D], samples' own [L, B, K, T-1, D]
     done: jax.Array  # [B] bool: the row has emitted a stop token (or is a dummy row)
     tokens: jax.Array  # [B, T] int32
     logprobs: jax.Array  # [B, T] float32
@@ -127,6 +141,16 @@ def next_pow2(x: int, minimum: int = 1) -> int:
     """Smallest power of two >= max(x, minimum)."""
     x = max(int(x), int(minimum), 1)
     return 1 << (x - 1).bit_length()
+
+
+def prompt_length_bucket(length: int, minimum: int = MIN_PROMPT_BUCKET) -> int:
+    """Padded prompt length Tp >= max(length, minimum): the next power of two while that is
+    <= ``PROMPT_BUCKET_STEP`` (128), else the next multiple of 128 (e.g. 16, 32, 64, 128, 256,
+    384, ...; 1,024 -> 1,024, 1,025 -> 1,152). Idempotent: ``prompt_length_bucket(Tp) == Tp``."""
+    x = max(int(length), int(minimum), 1)
+    if x <= PROMPT_BUCKET_STEP:
+        return next_pow2(x)
+    return -(-x // PROMPT_BUCKET_STEP) * PROMPT_BUCKET_STEP
 
 
 def prompt_batch_bucket(num_prompts: int, shards: int = 1) -> int:
@@ -150,9 +174,12 @@ def _constrain(x: jax.Array, mesh: Mesh | None, batch_axis: int = 0) -> jax.Arra
 
 
 def _constrain_cache(cache: qwen2.KVCache, mesh: Mesh | None) -> qwen2.KVCache:
-    """Batch-shard every cache field (k/v on axis 1, valid/index on axis 0)."""
-    return qwen2.KVCache(k=_constrain(cache.k, mesh, 1), v=_constrain(cache.v, mesh, 1),
-                         valid=_constrain(cache.valid, mesh), index=_constrain(cache.index, mesh))
+    """Batch-shard the cache: the prompt block over its Pb rows (prompt_k/v axis 1, prompt_valid
+    axis 0), the samples' block over its Pb*n rows (k/v axis 1); ``length`` is a scalar."""
+    return cache.replace(
+        prompt_k=_constrain(cache.prompt_k, mesh, 1), prompt_v=_constrain(cache.prompt_v, mesh, 1),
+        prompt_valid=_constrain(cache.prompt_valid, mesh), k=_constrain(cache.k, mesh, 1),
+        v=_constrain(cache.v, mesh, 1))
 
 
 def is_stop(tokens: jax.Array, stop_ids: jax.Array) -> jax.Array:
@@ -215,13 +242,15 @@ def record(state: _LoopState, tokens: jax.Array, logp: jax.Array, stop_ids: jax.
 def _prefill(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh | None,
              params: Params, tokens: jax.Array, mask: jax.Array
              ) -> tuple[jax.Array, qwen2.KVCache]:
-    """Prefill Pb prompts once, then broadcast. tokens/mask [Pb, Tp] (left-padded) ->
-    (last-position logits [Pb*n, V] float32, cache with Pb*n rows and Tp + T - 1 slots)."""
+    """Prefill Pb prompts once. tokens/mask [Pb, Tp] (left-padded) -> (last-position logits
+    [Pb*n, V] float32 (row p*n + i = sample i of prompt p), shared-prefix cache: prompt block
+    [L, Pb, K, Tp, D] filled, samples' block [L, Pb*n, K, max(T - 1, 1), D] empty)."""
     pb, tp = tokens.shape
-    cache = _constrain_cache(qwen2.init_cache(config, pb, tp + settings.max_new_tokens - 1), mesh)
+    cache = _constrain_cache(qwen2.init_cache(config, pb, tp, max(settings.max_new_tokens - 1, 1),
+                                              settings.n), mesh)
     last, cache = qwen2.prefill(config, params, tokens, mask, cache, last_only=True)
     last = _constrain(jnp.repeat(last, settings.n, axis=0), mesh)
-    return last, _constrain_cache(qwen2.repeat_cache(cache, settings.n), mesh)
+    return last, _constrain_cache(cache, mesh)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(5,))
@@ -231,8 +260,8 @@ def _decode(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh | N
             ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, qwen2.KVCache]:
     """Generate up to T tokens for B rows.
 
-    first_logits [B, V] (prefill), cache (B rows; donated and returned so XLA updates it in
-    place), keys [B] per-sample keys, prompt_lengths [B] int32, dummy [B] bool (padding rows,
+    first_logits [B, V] (prefill), cache (:func:`_prefill`'s, B = Pb * n sample rows; donated
+    and returned so XLA updates it in place), keys [B] per-sample keys, prompt_lengths [B] int32, dummy [B] bool (padding rows,
     never sampled), stop_ids [S] int32 (-1 = unused slot), pad_id [] int32 ->
     (tokens [B, T] int32, logprobs [B, T] float32, lengths [B] int32, finished [B] bool,
     steps [] int32, final cache).
@@ -403,7 +432,7 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
     keys = _sample_keys(key, num_p, settings.n)
     shards = _batch_shards(mesh)
     pb = prompt_batch_bucket(num_p, shards)
-    tp = next_pow2(max(len(p) for p in prompts), min_prompt_bucket)
+    tp = prompt_length_bucket(max(len(p) for p in prompts), min_prompt_bucket)
     tokens, mask = pad_prompts(prompts, tp, pb, int(pad_id))
     lens = np.repeat(mask.sum(axis=1).astype(np.int32), settings.n)
     dummy = np.repeat(np.arange(pb) >= num_p, settings.n)
@@ -454,7 +483,7 @@ def _generate_host_block(config: qwen2.Qwen2Config, params: Params, prompts: lis
     sizes = multihost.allgather_objects([num_p, max((len(p) for p in prompts), default=1)])
     max_p, max_len = max(max(s[0] for s in sizes), 1), max(s[1] for s in sizes)
     pb = prompt_batch_bucket(max_p, _batch_shards(mesh) // count)
-    tp = next_pow2(max_len, min_prompt_bucket)
+    tp = prompt_length_bucket(max_len, min_prompt_bucket)
     tokens, mask = pad_prompts(prompts, tp, pb, pad_id)
     lens = np.repeat(mask.sum(axis=1).astype(np.int32), n)
     dummy = np.repeat(np.arange(pb) >= num_p, n)

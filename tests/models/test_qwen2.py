@@ -79,63 +79,82 @@ def test_prefill_and_decode_reproduce_full_forward(kv_heads):
     mask[:, prompt_len:] = 1  # generated tokens are always real
     mask[1:, : prompt_len - 4] = 0
     full = np.asarray(qwen2.logits(config, params, tokens, mask))
-    cache = qwen2.init_cache(config, 3, prompt_len + steps + 3)
+    cache = qwen2.init_cache(config, 3, prompt_len + 2, steps)  # 2 spare prompt slots, n = 1
     pre, cache = qwen2.prefill(config, params, jnp.asarray(tokens[:, :prompt_len]),
                                jnp.asarray(mask[:, :prompt_len]), cache)
     real = mask[:, :prompt_len].astype(bool)
     assert np.abs(np.asarray(pre) - full[:, :prompt_len])[real].max() <= 1e-5
-    np.testing.assert_array_equal(np.asarray(cache.index), [prompt_len] * 3)
+    assert int(cache.length) == 0 and cache.n == 1
+    np.testing.assert_array_equal(np.asarray(cache.prompt_valid[:, :prompt_len]), real)
+    assert not np.asarray(cache.prompt_valid[:, prompt_len:]).any()
     positions = mask[:, :prompt_len].sum(-1)
     for i in range(steps):
         step, cache = qwen2.decode_step(config, params, jnp.asarray(tokens[:, prompt_len + i]),
                                         jnp.asarray(positions + i), cache)
         assert step.shape == (3, config.vocab_size) and step.dtype == jnp.float32
         np.testing.assert_allclose(np.asarray(step), full[:, prompt_len + i], atol=1e-5)
-    np.testing.assert_array_equal(np.asarray(cache.valid[:, : prompt_len + steps]),
-                                  mask.astype(bool))
-    assert not np.asarray(cache.valid[:, prompt_len + steps:]).any()
+    assert int(cache.length) == steps
+    # A write past the last slot is dropped: the cache is unchanged, only length advances.
+    _, after = qwen2.decode_step(config, params, jnp.asarray(tokens[:, 0]),
+                                 jnp.asarray(positions + steps), cache)
+    np.testing.assert_array_equal(np.asarray(after.k), np.asarray(cache.k))
 
 
-def test_repeat_cache_broadcasts_prompts_to_samples():
+def test_shared_prefix_cache_decodes_n_samples_per_prompt():
     config = _tiny()
     params = qwen2.init_params(config, jax.random.key(5))
     rng = np.random.default_rng(5)
     prompts, mask = _left_padded(rng, 2, 5, config.vocab_size)
-    n = 3
-    cache = qwen2.init_cache(config, 2, 8)
+    n, steps = 3, 3
+    cache = qwen2.init_cache(config, 2, 5, steps, n)
     last, cache = qwen2.prefill(config, params, jnp.asarray(prompts), jnp.asarray(mask), cache,
                                 last_only=True)
     assert last.shape == (2, config.vocab_size)
     np.testing.assert_allclose(np.asarray(last), np.asarray(
         qwen2.logits(config, params, prompts, mask))[:, -1], atol=1e-5)
-    cache = qwen2.repeat_cache(cache, n)
-    assert cache.k.shape[1] == 6 and cache.valid.shape[0] == 6 and cache.index.shape == (6,)
-    nxt = rng.integers(0, config.vocab_size, (6,))
+    # The prompt block holds each prompt once; only the samples' own block has P * n rows.
+    assert cache.prompt_k.shape[1] == 2 and cache.k.shape[1] == 6 and cache.n == n
+    new = rng.integers(0, config.vocab_size, (6, steps))  # a different completion per sample
     positions = np.repeat(mask.sum(-1), n)
-    step, _ = qwen2.decode_step(config, params, jnp.asarray(nxt), jnp.asarray(positions), cache)
-    seqs = np.concatenate([np.repeat(prompts, n, 0), nxt[:, None]], 1)
-    seq_mask = np.concatenate([np.repeat(mask, n, 0), np.ones((6, 1), np.int32)], 1)
+    seqs = np.concatenate([np.repeat(prompts, n, 0), new], 1)
+    seq_mask = np.concatenate([np.repeat(mask, n, 0), np.ones((6, steps), np.int32)], 1)
     full = np.asarray(qwen2.logits(config, params, seqs, seq_mask))
-    np.testing.assert_allclose(np.asarray(step), full[:, -1], atol=1e-5)
+    for i in range(steps):
+        step, cache = qwen2.decode_step(config, params, jnp.asarray(new[:, i]),
+                                        jnp.asarray(positions + i), cache)
+        np.testing.assert_allclose(np.asarray(step), full[:, prompts.shape[1] + i], atol=1e-5)
 
 
-def test_attend_decode_equals_attend_over_cache_plus_token():
+def test_attend_decode_equals_attend_over_prompt_cache_and_token():
     rng = np.random.default_rng(7)
-    b, h, kv, s, d = 3, 4, 2, 6, 8
+    p, n, h, kv, tp, s, d = 2, 3, 4, 2, 5, 6, 8
+    b = p * n
     q, k_new, v_new = (jnp.asarray(rng.normal(size=shape), jnp.float32)
                        for shape in ((b, h, d), (b, kv, d), (b, kv, d)))
+    pk, pv = (jnp.asarray(rng.normal(size=(p, kv, tp, d)), jnp.float32) for _ in range(2))
     ck, cv = (jnp.asarray(rng.normal(size=(b, kv, s, d)), jnp.float32) for _ in range(2))
-    valid = jnp.asarray(rng.random((b, s)) < 0.6).at[0].set(False)  # row 0: only itself
-    out = qwen2.attend_decode(q, k_new, v_new, ck, cv, valid)
-    keys = jnp.concatenate([ck, k_new[:, :, None]], axis=2).swapaxes(1, 2)  # [B, S+1, K, D]
-    vals = jnp.concatenate([cv, v_new[:, :, None]], axis=2).swapaxes(1, 2)
-    mask = jnp.concatenate([valid, jnp.ones((b, 1), bool)], axis=1)[:, None, :]
+    prompt_valid = jnp.asarray(rng.random((p, tp)) < 0.6).at[0].set(False)
+    valid = jnp.asarray(rng.random((b, s)) < 0.6).at[0].set(False)  # row 0 sees only itself
+    out = qwen2.attend_decode(q, k_new, v_new, pk, pv, prompt_valid, ck, cv, valid)
+    # Reference: the n-fold repeated prompt block, the row's cache and the token concatenated.
+    keys = jnp.concatenate([jnp.repeat(pk, n, 0), ck, k_new[:, :, None]], axis=2).swapaxes(1, 2)
+    vals = jnp.concatenate([jnp.repeat(pv, n, 0), cv, v_new[:, :, None]], axis=2).swapaxes(1, 2)
+    mask = jnp.concatenate([jnp.repeat(prompt_valid, n, 0), valid, jnp.ones((b, 1), bool)],
+                           axis=1)[:, None, :]
     ref = qwen2.attend(q[:, None], keys, vals, mask)[:, 0]
     assert out.shape == (b, h, d)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-5)
     g = h // kv
     np.testing.assert_allclose(np.asarray(out[0]), np.repeat(np.asarray(v_new[0]), g, axis=0),
                                atol=1e-6)
+    # valid [S] (one row of slots for every sample) broadcasts like the [B, S] form.
+    shared = qwen2.attend_decode(q, k_new, v_new, pk, pv, prompt_valid, ck, cv, valid[1])
+    each = qwen2.attend_decode(q, k_new, v_new, pk, pv, prompt_valid, ck, cv,
+                               jnp.broadcast_to(valid[1], (b, s)))
+    np.testing.assert_array_equal(np.asarray(shared), np.asarray(each))
+    with pytest.raises(ValueError, match="not a multiple of 4 prompts"):
+        qwen2.attend_decode(q, k_new, v_new, jnp.zeros((4, kv, tp, d)), jnp.zeros((4, kv, tp, d)),
+                            jnp.ones((4, tp), bool), ck, cv, valid)
 
 
 def test_bad_inputs_raise_clear_errors():
@@ -145,9 +164,14 @@ def test_bad_inputs_raise_clear_errors():
         qwen2.logits(config, params, jnp.zeros((5,), jnp.int32))
     with pytest.raises(ValueError, match="attention_mask shape"):
         qwen2.logits(config, params, jnp.zeros((2, 5), jnp.int32), jnp.ones((2, 4)))
-    cache = qwen2.init_cache(config, 2, 4)
-    with pytest.raises(ValueError, match="exceeds cache max_len 4"):
+    cache = qwen2.init_cache(config, 2, 4, 3)
+    with pytest.raises(ValueError, match="exceeds cache prompt_len 4"):
         qwen2.prefill(config, params, jnp.zeros((2, 5), jnp.int32), jnp.ones((2, 5)), cache)
+    with pytest.raises(ValueError, match="new_len > 0"):
+        qwen2.init_cache(config, 2, 4, 0)
+    with pytest.raises(ValueError, match="sample batch 4 != tokens batch 3"):
+        qwen2.decode_step(config, params, jnp.zeros((3,), jnp.int32), jnp.zeros((3,), jnp.int32),
+                          qwen2.init_cache(config, 2, 4, 3, n=2))
 
 
 def test_bfloat16_policy():
