@@ -1,6 +1,7 @@
 """generate(): greedy parity with transformers, exact behaviour log-probs, shared-prefix sampling
-distribution, per-sample keys, stop tokens / lengths / padding / early stop, bucketing, 8-device
-sharding and error paths. Compilations are shared between tests (module fixtures, same shapes)."""
+distribution and KV cache (against the cache-free full forward), per-sample keys, stop tokens /
+lengths / padding / early stop, bucketing, 8-device sharding and error paths. Compilations are
+shared between tests (module fixtures, same shapes)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -288,11 +289,86 @@ def test_shared_prefix_matches_repeated_prompt(tiny):
 
 
 # ---------------------------------------------------------------------------------------------
+# Shared-prefix KV cache vs the cache-free full forward (prompt bucket 384: not a power of two)
+# ---------------------------------------------------------------------------------------------
+
+LONG_LENS = [300, 7, 130]  # bucket 384 (the power-of-two rule would pad to 512)
+T_LONG = 10
+
+
+@pytest.fixture(scope="module")
+def long_model():
+    """A random GQA Qwen2 (4 query / 2 KV heads, 3 layers) with room for 300-token prompts."""
+    config = qwen2.Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=3,
+                               num_heads=4, num_kv_heads=2, rope_theta=10000.0,
+                               max_position_embeddings=512, pad_token_id=0)
+    return config, qwen2.init_params(config, jax.random.key(21))
+
+
+def test_shared_cache_logprobs_equal_teacher_forced_forward(long_model):
+    config, params = long_model
+    prompts = _prompts(LONG_LENS, config.vocab_size, 21)
+    assert sampling.prompt_length_bucket(max(LONG_LENS)) == 384
+    out = sampling.generate(config, params, prompts, n=3, max_new_tokens=T_LONG,
+                            key=jax.random.key(5), **FILTERS)
+    ref, kept = _recompute_logprobs(config, params, prompts, out, FILTERS)
+    mask = np.asarray(out.mask)
+    assert mask.all()  # no stop token: every position is checked
+    np.testing.assert_allclose(np.asarray(out.logprobs), ref, rtol=0, atol=1e-5)
+    assert kept.min() < 20  # the filters truncated (the oracle went through the same filters)
+    # The samples of a prompt differ (they share the prompt block, not their completions).
+    tokens = np.asarray(out.tokens)
+    assert all(len({tuple(tokens[p, i]) for i in range(3)}) > 1 for p in range(len(prompts)))
+
+
+def test_shared_cache_greedy_equals_full_forward_greedy_decoding(long_model):
+    config, params = long_model
+    prompts = _prompts(LONG_LENS, config.vocab_size, 22)
+    out = sampling.generate(config, params, prompts, n=2, max_new_tokens=T_LONG,
+                            key=jax.random.key(0), temperature=0.0)
+    # Oracle: re-run the whole (left-padded, fixed-width) sequence at every step, argmax.
+    width = max(LONG_LENS) + T_LONG
+    seqs = [list(p) for p in prompts]
+    for _ in range(T_LONG):
+        ids = np.zeros((len(seqs), width), np.int32)
+        mask = np.zeros((len(seqs), width), np.int32)
+        for r, seq in enumerate(seqs):
+            ids[r, width - len(seq):], mask[r, width - len(seq):] = seq, 1
+        last = np.asarray(qwen2.logits(config, params, jnp.asarray(ids), jnp.asarray(mask)))[:, -1]
+        for r, tok in enumerate(last.argmax(-1)):
+            seqs[r].append(int(tok))
+    ref = np.asarray([seq[len(p):] for seq, p in zip(seqs, prompts)])
+    tokens = np.asarray(out.tokens)
+    np.testing.assert_array_equal(tokens[:, 0], ref)
+    np.testing.assert_array_equal(tokens[:, 1], ref)
+
+
+def test_prefill_stores_the_prompt_once_per_prompt(long_model):
+    config, params = long_model
+    n, t_new, pb, tp = 5, 7, 2, 384
+    settings = sampling.SamplerSettings(n=n, max_new_tokens=t_new)
+    tokens = jax.ShapeDtypeStruct((pb, tp), jnp.int32)
+    first, cache = jax.eval_shape(_sampler._prefill, config, settings, None, params, tokens, tokens)
+    l, kv, d = config.num_layers, config.num_kv_heads, config.head_dim_
+    assert first.shape == (pb * n, config.vocab_size)
+    assert cache.prompt_k.shape == cache.prompt_v.shape == (l, pb, kv, tp, d)
+    assert cache.k.shape == cache.v.shape == (l, pb * n, kv, t_new - 1, d)
+    assert cache.prompt_valid.shape == (pb, tp) and cache.length.shape == ()
+
+
+# ---------------------------------------------------------------------------------------------
 # Helpers and error paths
 # ---------------------------------------------------------------------------------------------
 
 def test_helpers():
     assert [sampling.next_pow2(x, 16) for x in (1, 16, 17, 100)] == [16, 16, 32, 128]
+    lengths = (1, 16, 17, 100, 128, 129, 256, 257, 1024, 1025)
+    assert ([sampling.prompt_length_bucket(x) for x in lengths]
+            == [16, 16, 32, 128, 128, 256, 256, 384, 1024, 1152])
+    assert [sampling.prompt_length_bucket(x, 64) for x in (3, 65, 200)] == [64, 128, 256]
+    buckets = {sampling.prompt_length_bucket(x) for x in range(1, 4097)}
+    assert all(sampling.prompt_length_bucket(b) == b for b in buckets)  # idempotent
+    assert all(b - x < 128 for x in range(129, 4097) for b in [sampling.prompt_length_bucket(x)])
     tokens, mask = sampling.pad_prompts([[5, 6], [7]], 4, 3, 0)
     assert tokens.tolist() == [[0, 0, 5, 6], [0, 0, 0, 7], [0, 0, 0, 0]]
     assert mask.tolist() == [[0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 1]]
