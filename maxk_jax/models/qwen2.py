@@ -42,21 +42,12 @@ jit-compiled with the config static; n = 1 is an ordinary per-sequence cache)::
         # slot ``length`` of every row, returns logits [P*n, V] float32 and length + 1. The
         # caller keeps length < S (a write past the end is dropped).
 
-``KVCache`` is a ``flax.struct.dataclass`` (a plain pytree): ``prompt_k, prompt_v [L, P, K, Tp, D]``
-and ``prompt_valid [P, Tp]`` (prompt batch on axis 1 / 0), ``k, v [L, P*n, K, S, D]`` (the
-samples' own tokens; sample batch on axis 1) and ``length [] int32`` (every row generates in
-lockstep, so one slot counter serves all). The prompt's K/V are never copied n times:
-:func:`attend_decode` scores the grouped queries of the n samples [P, n, K, G, D] against the
-prompt block with one einsum that broadcasts over n, scores the samples' own block and the
-token itself separately, and normalises all of them with ONE softmax (a shared running max and
-denominator): the result equals attention over the concatenated [prompt, generated, self] keys.
-
-Decode performance (CPU): the heads-before-slots layout makes each (row, kv head) a contiguous
-[S, D] block, contracted without repeating K/V over query groups; the layer scan only READS the
-cache. ``decode_step`` then writes all layers' new K/V into slot ``length`` at once: inside a
-``while_loop`` with the cache in the carry this is in place (no per-step cache copy; the
-layers are deliberately NOT unrolled -- unrolling made XLA:CPU copy the whole cache twice per
-step).
+The cache itself (:class:`KVCache`, :func:`init_cache`, :func:`cache_logical_axes`) and its
+one-token attention (:func:`attend_decode`) live in :mod:`maxk_jax.models.kv_cache` and are
+re-exported here. ``decode_step``'s layer scan only READS the cache and then writes all layers'
+new K/V into slot ``length`` at once: inside a ``while_loop`` with the cache in the carry this is
+in place (no per-step cache copy; the layers are deliberately NOT unrolled -- unrolling made
+XLA:CPU copy the whole cache twice per step).
 """
 from __future__ import annotations
 
@@ -64,11 +55,12 @@ import functools
 import math
 from typing import Any
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from maxk_jax.models.kv_cache import (KVCache, attend_decode, cache_logical_axes,  # noqa: F401
+                                      init_cache)
 from maxk_jax.models.qwen2_config import DTYPES, PRESETS, Qwen2Config, preset  # noqa: F401
 
 Params = Any
@@ -174,53 +166,6 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Arr
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
     return out.reshape(b, t, h, d)
-
-
-def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array,
-                  prompt_v: jax.Array, prompt_valid: jax.Array, cache_k: jax.Array,
-                  cache_v: jax.Array, valid: jax.Array) -> jax.Array:
-    """One-token GQA attention over a shared prompt block, the row's own cache and the token.
-
-    q [B,H,D], k_new/v_new [B,K,D] (this token, not yet in the cache); prompt_k/prompt_v
-    [P,K,Tp,D] with prompt_valid [P,Tp] bool, shared by the n = B // P consecutive rows
-    p*n .. p*n+n-1; cache_k/cache_v [B,K,S,D] with valid [S] or [B,S] bool (the row's own
-    cached slots) -> [B,H,D]. Query heads are grouped as [.., K, G, D] (G = H // K); the prompt
-    block is contracted against the n rows' queries by one einsum that broadcasts over n (no
-    n-fold copy), and the three score blocks share one softmax (common max and denominator),
-    so the result equals attention over the concatenated keys. The token always sees itself,
-    so no row is empty. Scores and softmax in float32.
-    """
-    b, h, d = q.shape
-    p, kv, _, _ = prompt_k.shape
-    if b % p:
-        raise ValueError(f"attend_decode: {b} query rows are not a multiple of {p} prompts")
-    n, g = b // p, h // kv
-    qg = q.reshape(b, kv, g, d)
-    scale = d ** -0.5
-    neg = jnp.finfo(jnp.float32).min
-    # Prompt block, scores [P, K, n, G, Tp]: one matmul per (prompt, kv head) over its n*G queries.
-    s_prompt = jnp.einsum("pnkgd,pksd->pkngs", qg.reshape(p, n, kv, g, d), prompt_k,
-                          preferred_element_type=jnp.float32) * scale
-    s_prompt = jnp.where(prompt_valid[:, None, None, None, :], s_prompt, neg)
-    # Own block, scores [B, K, G, S].
-    s_cache = jnp.sum(qg.astype(jnp.float32)[:, :, :, None, :]
-                      * cache_k.astype(jnp.float32)[:, :, None, :, :], axis=-1) * scale
-    s_cache = jnp.where(jnp.broadcast_to(valid, (b, cache_k.shape[2]))[:, None, None, :],
-                        s_cache, neg)
-    s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=jnp.float32) * scale
-    m_prompt = jnp.max(s_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g)
-    m = jnp.maximum(jnp.maximum(m_prompt, jnp.max(s_cache, axis=-1)), s_self)  # [B, K, G]
-    m_pkng = m.reshape(p, n, kv, g).transpose(0, 2, 1, 3)
-    p_prompt = jnp.exp(s_prompt - m_pkng[..., None])
-    p_cache = jnp.exp(s_cache - m[..., None])
-    p_self = jnp.exp(s_self - m)
-    denom = (jnp.sum(p_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g)
-             + jnp.sum(p_cache, axis=-1) + p_self)
-    out_prompt = jnp.einsum("pkngs,pksd->pkngd", p_prompt, prompt_v.astype(jnp.float32))
-    out = out_prompt.transpose(0, 2, 1, 3, 4).reshape(b, kv, g, d)
-    out = out + jnp.sum(p_cache[..., None] * cache_v.astype(jnp.float32)[:, :, None, :, :], axis=-2)
-    out = (out + p_self[..., None] * v_new[:, :, None, :].astype(jnp.float32)) / denom[..., None]
-    return out.astype(q.dtype).reshape(b, h, d)
 
 
 class Attention(nn.Module):
@@ -385,34 +330,6 @@ class Qwen2(nn.Module):
 # Functional API
 # ----------------------------------------------------------------------------------------------
 
-@flax.struct.dataclass
-class KVCache:
-    """Shared-prefix KV cache of P prompts x n samples (a plain pytree; see the module
-    docstring): the prompts' keys/values once, each sample's generated keys/values apart."""
-
-    prompt_k: jax.Array  # [L, P, K, Tp, D]
-    prompt_v: jax.Array  # [L, P, K, Tp, D]
-    prompt_valid: jax.Array  # [P, Tp] bool: prompt slot holds a real (non-padding) token
-    k: jax.Array  # [L, P*n, K, S, D]: generated tokens; row p*n + i = sample i of prompt p
-    v: jax.Array  # [L, P*n, K, S, D]
-    length: jax.Array  # [] int32: generated slots filled (= the next one to write), every row
-
-    @property
-    def prompt_len(self) -> int:
-        """Number of prompt slots Tp."""
-        return self.prompt_k.shape[3]
-
-    @property
-    def max_len(self) -> int:
-        """Number of generated-token slots S."""
-        return self.k.shape[3]
-
-    @property
-    def n(self) -> int:
-        """Samples per prompt (rows of k / rows of prompt_k)."""
-        return self.k.shape[1] // self.prompt_k.shape[1]
-
-
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
     """Positions [B,T] int32 = clip(cumsum(mask) - 1, 0) for a left-padded mask [B,T]."""
     mask = attention_mask.astype(jnp.int32)
@@ -516,35 +433,6 @@ def logical_axes(config: Qwen2Config) -> Params:
 def param_count(config: Qwen2Config) -> int:
     """Exact number of parameters (computed abstractly)."""
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_params(config))))
-
-
-def init_cache(config: Qwen2Config, batch: int, prompt_len: int, new_len: int, n: int = 1,
-               dtype: Any | None = None) -> KVCache:
-    """Empty shared-prefix cache for ``batch`` = P prompts of up to ``prompt_len`` = Tp tokens and
-    ``n`` samples each with ``new_len`` = S generated-token slots: prompt_k/v zeros [L,P,K,Tp,D],
-    k/v zeros [L,P*n,K,S,D] (dtype defaults to the compute dtype), no valid slot, length 0."""
-    for name, value in (("batch", batch), ("prompt_len", prompt_len), ("new_len", new_len),
-                        ("n", n)):
-        if value <= 0:
-            raise ValueError(f"init_cache needs {name} > 0, got {value}")
-    dtype = config.compute_dtype if dtype is None else jnp.dtype(dtype)
-    l, kv, d = config.num_layers, config.num_kv_heads, config.head_dim_
-    prompt = (l, batch, kv, prompt_len, d)
-    own = (l, batch * n, kv, new_len, d)
-    return KVCache(prompt_k=jnp.zeros(prompt, dtype), prompt_v=jnp.zeros(prompt, dtype),
-                   prompt_valid=jnp.zeros((batch, prompt_len), jnp.bool_),
-                   k=jnp.zeros(own, dtype), v=jnp.zeros(own, dtype),
-                   length=jnp.zeros((), jnp.int32))
-
-
-def cache_logical_axes() -> KVCache:
-    """Logical axis names of every :class:`KVCache` field (for sharding a cache): the prompt
-    and the sample blocks are both split along their batch axis ('cache_batch')."""
-    kv = jax.sharding.PartitionSpec("layers", "cache_batch", "cache_kv_heads", "cache_length",
-                                    "head_dim")
-    return KVCache(prompt_k=kv, prompt_v=kv,
-                   prompt_valid=jax.sharding.PartitionSpec("cache_batch", "cache_length"),
-                   k=kv, v=kv, length=jax.sharding.PartitionSpec())
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames="last_only")

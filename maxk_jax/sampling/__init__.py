@@ -16,8 +16,8 @@ from maxk_jax.sampling._sampler import (MIN_PROMPT_BUCKET, PROMPT_BUCKET_STEP, S
                                         to_token_lists)
 
 __all__ = [
-    "MIN_PROMPT_BUCKET", "PROMPT_BUCKET_STEP", "SampleOutput", "SamplerSettings", "draw", "first_argmax", "generate",
-    "greedy_logprobs", "gumbel_max", "is_stop", "next_pow2", "pad_prompts", "prompt_batch_bucket",
-    "prompt_length_bucket", "record", "sampling_logprobs", "stop_id_array", "to_token_lists", "top_k_mask", "top_p_mask",
-    "validate_filters",
+    "MIN_PROMPT_BUCKET", "PROMPT_BUCKET_STEP", "SampleOutput", "SamplerSettings", "draw",
+    "first_argmax", "generate", "greedy_logprobs", "gumbel_max", "is_stop", "next_pow2",
+    "pad_prompts", "prompt_batch_bucket", "prompt_length_bucket", "record", "sampling_logprobs",
+    "stop_id_array", "to_token_lists", "top_k_mask", "top_p_mask", "validate_filters",
 ]

@@ -261,8 +261,9 @@ def _decode(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh | N
     """Generate up to T tokens for B rows.
 
     first_logits [B, V] (prefill), cache (:func:`_prefill`'s, B = Pb * n sample rows; donated
-    and returned so XLA updates it in place), keys [B] per-sample keys, prompt_lengths [B] int32, dummy [B] bool (padding rows,
-    never sampled), stop_ids [S] int32 (-1 = unused slot), pad_id [] int32 ->
+    and returned so XLA updates it in place), keys [B] per-sample keys, prompt_lengths [B]
+    int32, dummy [B] bool (padding rows, never sampled), stop_ids [S] int32 (-1 = unused
+    slot), pad_id [] int32 ->
     (tokens [B, T] int32, logprobs [B, T] float32, lengths [B] int32, finished [B] bool,
     steps [] int32, final cache).
     """

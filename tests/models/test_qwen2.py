@@ -125,38 +125,6 @@ def test_shared_prefix_cache_decodes_n_samples_per_prompt():
         np.testing.assert_allclose(np.asarray(step), full[:, prompts.shape[1] + i], atol=1e-5)
 
 
-def test_attend_decode_equals_attend_over_prompt_cache_and_token():
-    rng = np.random.default_rng(7)
-    p, n, h, kv, tp, s, d = 2, 3, 4, 2, 5, 6, 8
-    b = p * n
-    q, k_new, v_new = (jnp.asarray(rng.normal(size=shape), jnp.float32)
-                       for shape in ((b, h, d), (b, kv, d), (b, kv, d)))
-    pk, pv = (jnp.asarray(rng.normal(size=(p, kv, tp, d)), jnp.float32) for _ in range(2))
-    ck, cv = (jnp.asarray(rng.normal(size=(b, kv, s, d)), jnp.float32) for _ in range(2))
-    prompt_valid = jnp.asarray(rng.random((p, tp)) < 0.6).at[0].set(False)
-    valid = jnp.asarray(rng.random((b, s)) < 0.6).at[0].set(False)  # row 0 sees only itself
-    out = qwen2.attend_decode(q, k_new, v_new, pk, pv, prompt_valid, ck, cv, valid)
-    # Reference: the n-fold repeated prompt block, the row's cache and the token concatenated.
-    keys = jnp.concatenate([jnp.repeat(pk, n, 0), ck, k_new[:, :, None]], axis=2).swapaxes(1, 2)
-    vals = jnp.concatenate([jnp.repeat(pv, n, 0), cv, v_new[:, :, None]], axis=2).swapaxes(1, 2)
-    mask = jnp.concatenate([jnp.repeat(prompt_valid, n, 0), valid, jnp.ones((b, 1), bool)],
-                           axis=1)[:, None, :]
-    ref = qwen2.attend(q[:, None], keys, vals, mask)[:, 0]
-    assert out.shape == (b, h, d)
-    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-5)
-    g = h // kv
-    np.testing.assert_allclose(np.asarray(out[0]), np.repeat(np.asarray(v_new[0]), g, axis=0),
-                               atol=1e-6)
-    # valid [S] (one row of slots for every sample) broadcasts like the [B, S] form.
-    shared = qwen2.attend_decode(q, k_new, v_new, pk, pv, prompt_valid, ck, cv, valid[1])
-    each = qwen2.attend_decode(q, k_new, v_new, pk, pv, prompt_valid, ck, cv,
-                               jnp.broadcast_to(valid[1], (b, s)))
-    np.testing.assert_array_equal(np.asarray(shared), np.asarray(each))
-    with pytest.raises(ValueError, match="not a multiple of 4 prompts"):
-        qwen2.attend_decode(q, k_new, v_new, jnp.zeros((4, kv, tp, d)), jnp.zeros((4, kv, tp, d)),
-                            jnp.ones((4, tp), bool), ck, cv, valid)
-
-
 def test_bad_inputs_raise_clear_errors():
     config = _tiny()
     params = qwen2.init_params(config, jax.random.key(0))
