@@ -16,7 +16,7 @@ How it runs (two jit-compiled functions, config and :class:`SamplerSettings` sta
    ``Pb = prompt_batch_bucket(P, batch shards)`` rows (1, 2, 4, 8, then multiples of 8, rounded
    up to a multiple of the shard count; dummy one-token prompts, discarded), so new prompt
    lengths / counts reuse a compiled program. Each prompt is run through the model ONCE and its
-   K/V are stored ONCE in a shared-prefix :class:`maxk_jax.models.qwen2.KVCache`: the prompt
+   K/V are stored ONCE in a shared-prefix :class:`maxk_jax.models.kv_cache.KVCache`: the prompt
    block [L, Pb, K, Tp, D] and, per sample row (row p*n + i = sample i of prompt p), a block of
    ``max(T - 1, 1)`` generated-token slots [L, Pb*n, K, T-1, D]; only the last-position logits
    are repeated n times ([Pb*n, V]).
@@ -25,7 +25,7 @@ How it runs (two jit-compiled functions, config and :class:`SamplerSettings` sta
    produced a stop token or T tokens were generated (``num_steps`` reports how many). Each step
    attends to the row's prompt (read from the shared block by an einsum that broadcasts over
    the n samples, never an n-fold copy) and to its own generated slots under ONE softmax
-   (:func:`maxk_jax.models.qwen2.attend_decode`): exactly attention over prompt + completion.
+   (:func:`maxk_jax.models.kv_cache.attend_decode`): exactly attention over prompt + completion.
 
 Sampling distribution: :func:`maxk_jax.sampling._filters.sampling_logprobs` (temperature, top-k,
 top-p in that order; truncated and renormalised; temperature 0 = greedy with log-prob 0). The
