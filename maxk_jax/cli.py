@@ -60,7 +60,7 @@ def _program() -> str:
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name:
         return spec.name.rsplit(".", 1)[-1]
-    return os.path.basename(sys.argv[0] or "maxk_jax") or "maxk_jax"
+    return os.path.splitext(os.path.basename(sys.argv[0] or "maxk_jax"))[0] or "maxk_jax"
 
 
 @contextlib.contextmanager
@@ -145,12 +145,22 @@ def parse_flags(argv: list[str]) -> list[str]:
             sys.exit(0)
         raise exit_
     except flags.Error as err:
-        fail(str(err))
+        fail(_without_traceback(str(err)))
     except (AttributeError, KeyError) as err:   # ml_collections: an override of a missing field
         fail(config_overrides.explain_error(err, argv))
     if help_requested:   # absl prints the help while parsing; in case it did not exit itself
         sys.exit(0)
     return rest
+
+
+def _without_traceback(text: str) -> str:
+    """ml_collections puts the config file's traceback into its flag error: keep its first words
+    and the exception's last line."""
+    marker = "Traceback (most recent call last):"
+    if marker not in text:
+        return text
+    last = [line.strip() for line in text.splitlines() if line.strip()][-1]
+    return f"{text.split(marker)[0].strip()} {last}"
 
 
 def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None) -> None:
