@@ -40,7 +40,7 @@ import json
 import os
 from typing import Any
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from maxk_jax import cli
 
@@ -120,7 +120,7 @@ def _problems() -> tuple[list, dict]:
         except ValueError as e:
             raise app.UsageError(str(e)) from e
         problems, report = load_dataset(FLAGS.dataset, FLAGS.path, FLAGS.split, **options)
-        logging.info("%s", report.summary())
+        print(report.summary(), flush=True)
         spec = {"name": FLAGS.dataset, "path": FLAGS.path, "split": FLAGS.split, "options": options}
     if FLAGS.limit:
         problems = problems[:FLAGS.limit]
@@ -222,6 +222,10 @@ def _check_context(problems: list, tokenizer: Any, model_config: Any, prompt: di
     ids, _ = encode_problems(problems, tokenizer, prompt["prompt_format"], render)
     longest = max(range(len(ids)), key=lambda i: len(ids[i]))
     context = model_config.max_position_embeddings
+    if len(ids[longest]) >= context:
+        raise ValueError(f"problem {problems[longest].id!r} has a {len(ids[longest])}-token prompt in the "
+                         f"{prompt['prompt_format']!r} format (--prompt_format), no shorter than the model's context "
+                         f"of {context} tokens (max_position_embeddings); use another prompt format or other problems")
     if len(ids[longest]) + FLAGS.max_new_tokens > context:
         raise ValueError(f"--max_new_tokens={FLAGS.max_new_tokens} does not fit: problem {problems[longest].id!r} has "
                          f"a {len(ids[longest])}-token prompt and the model's context is {context} tokens "
@@ -303,7 +307,8 @@ def main(argv: list[str]) -> None:
     # Multi-host: process 0 owns out_dir (reads the finished results, writes every file); the other
     # hosts get its finished results inside run_evaluation and write nothing.
     if lead:
-        done = _prepare_out_dir(out_dir, jsonl, config)
+        with cli.user_errors():   # a finished run with other settings in --out_dir: refused in one line
+            done = _prepare_out_dir(out_dir, jsonl, config)
     else:
         done = []
     with make_executor(FLAGS.executor) as executor, \
@@ -336,7 +341,7 @@ def _prepare_out_dir(out_dir: str, jsonl: str, config: dict) -> list:
                 os.remove(os.path.join(out_dir, name))
     resume = eval_report.check_resumable(out_dir, config, RESULT_KEYS)
     done = eval_report.read_results(jsonl, repair=True) if resume and os.path.exists(jsonl) else []
-    logging.info("%s: %d of %d problems already done", out_dir, len(done), config["num_problems"])
+    print(f"{out_dir}: {len(done)} of {config['num_problems']} problems already done", flush=True)
     eval_report.atomic_write(os.path.join(out_dir, eval_report.RUN_CONFIG),
                              (json.dumps(config, indent=2, allow_nan=False) + "\n").encode("utf-8"))
     return done

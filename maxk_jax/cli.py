@@ -6,7 +6,7 @@
   checks inside ``with user_errors():`` which turns their ValueError / OSError into `UserError`;
 * ``--help`` / ``--helpshort`` / ``--helpfull`` exit 0;
 * internal errors (anything else) keep their traceback;
-* a quiet console: library log records (orbax, jax, absl, ...) below ERROR and the program's own
+* a quiet console: library log records (orbax, jax, transformers, ...) below ERROR and the program's own
   below WARNING are dropped unless ``--log_level=info`` (or debug) or absl's ``--verbosity`` /
   ``-v`` is given.
 
@@ -35,10 +35,12 @@ from absl import logging as absl_logging
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort", "--helpfull", "-helpfull",
                "--helpxml", "-helpxml")
-# Loggers or source paths of libraries whose records are hidden below ERROR on a quiet console.
-_LIBRARY_PATHS = tuple(f"{os.sep}{name}{os.sep}" for name in (
-    "orbax", "jax", "jaxlib", "absl", "flax", "matplotlib", "httpx", "httpcore", "urllib3", "etils",
-    "transformers", "tokenizers", "datasets", "huggingface_hub", "PIL", "fsspec", "tensorstore"))
+# Libraries (logger name roots and package directories) whose records are hidden below ERROR on a quiet
+# console (absl is not one: programs log through its "absl" logger too).
+_LIBRARIES = ("orbax", "jax", "jaxlib", "flax", "matplotlib", "httpx", "httpcore", "urllib3", "etils",
+              "transformers", "tokenizers", "datasets", "huggingface_hub", "PIL", "fsspec", "tensorstore")
+_LIBRARY_PATHS = tuple(f"{os.sep}{name}{os.sep}" for name in _LIBRARIES)
+_OWN_HANDLERS = ("transformers", "datasets")
 
 
 class UserError(Exception):
@@ -100,11 +102,8 @@ class _QuietFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.ERROR:
             return True
-        path = record.pathname or ""
-        name = record.name or ""
-        library = (any(p in path for p in _LIBRARY_PATHS) or
-                   name.split(".")[0] in ("orbax", "jax", "jaxlib", "flax", "matplotlib", "httpx", "httpcore",
-                                          "urllib3", "etils", "transformers", "datasets", "PIL", "fsspec"))
+        library = ((record.name or "").split(".")[0] in _LIBRARIES
+                   or any(p in (record.pathname or "") for p in _LIBRARY_PATHS))
         return not library and record.levelno >= logging.WARNING
 
 
@@ -119,6 +118,11 @@ def configure_logging(level: str | None = None, verbosity_given: bool = False) -
         handler.removeFilter(_QUIET)
     if verbosity_given:
         return
+    chosen = "error" if level is None else level
+    for name in _OWN_HANDLERS:   # libraries that print through their own handler (and set its level on import)
+        if level is not None or f"{name.upper()}_VERBOSITY" not in os.environ:   # the user's setting stays
+            os.environ[f"{name.upper()}_VERBOSITY"] = chosen
+            logging.getLogger(name).setLevel(getattr(logging, chosen.upper()))
     if level is None:
         absl_logging.set_verbosity(absl_logging.INFO)   # records reach the filter, which decides
         for handler in handlers:
