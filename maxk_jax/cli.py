@@ -132,6 +132,17 @@ def configure_logging(level: str | None = None, verbosity_given: bool = False) -
     logging.root.setLevel(getattr(logging, level.upper()))
 
 
+_EXPLAINERS: list[Callable[[Exception, Sequence[str]], str | None]] = []
+
+
+def register_flag_error_explainer(explain: Callable[[Exception, Sequence[str]], str | None]) -> None:
+    """`parse_flags` asks ``explain(err, argv)`` for the message of an AttributeError / KeyError
+    raised while parsing (`maxk_jax.config_overrides` registers its diagnosis of unknown
+    ``--config.<field>`` overrides)."""
+    if explain not in _EXPLAINERS:
+        _EXPLAINERS.append(explain)
+
+
 def _help_requested(argv: Sequence[str]) -> bool:
     return any(a.split("=", 1)[0] in _HELP_FLAGS for a in argv[1:] if a != "--")
 
@@ -139,8 +150,6 @@ def _help_requested(argv: Sequence[str]) -> bool:
 def parse_flags(argv: list[str]) -> list[str]:
     """absl ``flags_parser``: flag errors (unknown flag, bad value, missing required flag, unknown
     ``--config.<field>``) are one line, status 2; ``--help`` exits 0 after the help."""
-    from maxk_jax import config_overrides
-
     help_requested = _help_requested(argv)
     try:
         rest = flags.FLAGS(argv)
@@ -151,7 +160,8 @@ def parse_flags(argv: list[str]) -> list[str]:
     except flags.Error as err:
         fail(_without_traceback(str(err)))
     except (AttributeError, KeyError) as err:   # ml_collections: an override of a missing field
-        fail(config_overrides.explain_error(err, argv))
+        fail(next((m for m in (explain(err, argv) for explain in _EXPLAINERS) if m),
+                  f"{type(err).__name__}: {err} (while parsing the flags)"))
     if help_requested:   # absl prints the help while parsing; in case it did not exit itself
         sys.exit(0)
     return rest

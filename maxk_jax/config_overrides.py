@@ -3,14 +3,14 @@
 ml_collections rejects an override of a field the config does not have with a bare
 ``AttributeError: "'bogus'"`` traceback -- raised while absl parses the flags (or, when
 ``--config`` itself is not given, already when the flag is defined at import). The CLIs define
-their config flag inside `explained_errors` and parse flags with `parse_flags`, so the message
+their config flag inside `explained_errors` and run through `maxk_jax.cli.run_main`, so the message
 names the override, the config section it was looked up in, and the valid fields there::
 
     from maxk_jax import config_overrides
     with config_overrides.explained_errors("config", default="experiments/configs/base.py:grpo"):
         config_flags.DEFINE_config_file("config", "experiments/configs/base.py:grpo", "...", lock_config=True)
     ...
-    cli.run_main(main)   # (maxk_jax.cli: flags parsed by parse_flags below)
+    cli.run_main(main)
 
     $ python -m experiments.train --config.algo.bogus=1
     train: error: --config.algo.bogus: config.algo has no field 'bogus'; valid fields: beta, ...
@@ -24,6 +24,8 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from maxk_jax import cli
 
 
 _DEFAULTS: dict[str, str] = {}  # config flag name -> default config file, for the diagnosis
@@ -102,12 +104,6 @@ def explain(argv: Sequence[str], name: str = "config", default: str | None = Non
     return None
 
 
-def _fail(message: str) -> None:
-    from maxk_jax.cli import fail
-
-    fail(message)   # one line, status 2 (the rule of every entry point)
-
-
 def explain_error(err: Exception, argv: Sequence[str]) -> str:
     """The message for `err` raised while parsing the ``--config`` overrides in `argv`: the
     diagnosis of `explain` when an override names no field, else the error itself."""
@@ -131,15 +127,8 @@ def explained_errors(name: str = "config", default: str = "") -> Iterator[None]:
     the CLI's module (``--helpshort`` lists it).
     """
     _DEFAULTS[name] = default
+    cli.register_flag_error_explainer(explain_error)   # the same message when absl parses the flags
     try:
         yield
     except (AttributeError, KeyError) as err:
-        _fail(explain_error(err, sys.argv))
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl ``flags_parser`` for ``app.run``: `maxk_jax.cli.parse_flags` (one line, status 2 for a
-    flag error; an unknown ``--config.<field>`` names the field and the valid ones)."""
-    from maxk_jax.cli import parse_flags as parse
-
-    return parse(argv)
+        cli.fail(explain_error(err, sys.argv))
