@@ -320,6 +320,11 @@ def main(argv: list[str]) -> None:
                                 progress=FLAGS.progress and lead, host=multihost.batch_block(mesh))
     if not lead:
         return
+    totals = result.totals()
+    if totals["samples"] and not totals["valid_samples"]:   # no verdict at all: the judge, not the model
+        raise cli.UserError(f"every one of the {totals['samples']} samples was excluded (statuses: "
+                            f"{totals['status_counts']}): the judge {FLAGS.executor!r} gave no verdict; the "
+                            f"per-problem records are in {jsonl}, no report was written")
     paths = eval_report.write_report(result, out_dir, name=run_name)
     with open(paths["table"], encoding="utf-8") as f:
         print(f.read())

@@ -64,7 +64,7 @@ def main(argv: list[str]) -> None:
     print(f"training {cfg.name!r} -> {cfg.output_dir}", flush=True)
     try:
         record = rl_loop.run(cfg, resume=FLAGS.resume, progress=FLAGS.progress)
-    except rl_loop.MaskedRolloutError as err:   # an unreachable / broken judge: the user's to fix
+    except (rl_loop.MaskedRolloutError, rl_loop.ResumeError) as err:   # a dead judge, a damaged checkpoint
         raise cli.UserError(str(err)) from err
     print(metrics_table(record))
     print(f"all metrics: {os.path.join(cfg.output_dir, 'metrics.jsonl')}")

@@ -73,6 +73,10 @@ from maxk_jax.models.tokenizer_protocol import Tokenizer
 EvalFn = Callable[[Any, int], dict[str, float]]
 
 
+class ResumeError(ValueError):
+    """The newest checkpoint cannot be restored (corrupt, or written with another config)."""
+
+
 class MaskedRolloutError(RuntimeError):
     """Every sample of more RL steps in a row than ``rollout.masked_steps_tolerated`` was masked
     (no reward: the judge is unreachable or broken); the message names the executor and the
@@ -259,7 +263,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         try:
             restored, meta = ckpt.restore(None, _to_ckpt(abstract))
         except Exception as err:  # noqa: BLE001 - orbax's errors on a damaged step name nothing
-            raise ValueError(f"cannot resume from the orbax checkpoint {ckpt_dir}/{ckpt.latest_step()} "
+            raise ResumeError(f"cannot resume from the orbax checkpoint {ckpt_dir}/{ckpt.latest_step()} "
                              f"(corrupt, or written by another config): {type(err).__name__}: "
                              f"{' '.join(str(err).split())[:300]}") from err
         state, start = _from_ckpt(restored), int(meta["rl_step"])

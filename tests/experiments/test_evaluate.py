@@ -183,3 +183,38 @@ def test_evaluates_the_pipelines_own_checkpoint_as_the_pipeline_does(tmp_path):
     assert [list(r.lengths) for r in auto.problems] == [t["completion_lengths"] for t in trained]
     config = json.loads((tmp_path / "auto" / "run_config.json").read_text())
     assert config["render_kwargs"]["prompt_format"] == "statement"
+
+
+@pytest.mark.slow
+def test_a_judge_that_answers_health_but_judges_nothing_is_one_line(fixture_dir, tmp_path):
+    """The judge passes the health check, then fails every submission: no report (no plot crash),
+    one line naming the judge and the statuses, exit status 2."""
+    import http.server
+    import threading
+
+    class Broken(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Broken)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        res = _run(*_args(fixture_dir, tmp_path / "out", f"--executor={url}", "--sandbox_retries=0", "--n=2",
+                          "--batch_size=6"))
+    finally:
+        server.shutdown()
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr[-3000:]
+    assert (f"every one of the 6 samples was excluded (statuses: {{'sandbox_error': 6}}): the judge {url!r} gave no "
+            "verdict") in res.stderr
+    assert not (tmp_path / "out" / "summary.json").exists() and not (tmp_path / "out" / "curves.png").exists()

@@ -159,7 +159,8 @@ def test_existing_and_corrupt_checkpoints(inputs, tiny_ckpt, tmp_path):
 @pytest.mark.slow
 def test_one_step_console_is_quiet(inputs, tiny_ckpt, tmp_path):
     """A real (one-step) run: the console holds the start line, the metrics table and the path of
-    the full metrics; no library INFO (orbax, jax platform probing) and no JSON record."""
+    the full metrics; no library INFO (orbax, jax platform probing) and no JSON record. --resume on
+    its checkpoint with damaged array data: one line naming the checkpoint."""
     out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--noprogress", "--config.rollout.max_new_tokens=8",
                 timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -167,3 +168,12 @@ def test_one_step_console_is_quiet(inputs, tiny_ckpt, tmp_path):
     lines = out.stdout.splitlines()
     assert lines[0].startswith("training 'tiny_synthetic' -> ") and lines[-1].endswith("metrics.jsonl")
     assert "| reward/mean |" in out.stdout and len(lines) < 20 and "{" not in out.stdout
+    for root, _, files in os.walk(tmp_path / "run" / "checkpoints" / "1" / "state" / "ocdbt.process_0"):
+        for name in files:   # damage the array data (the metadata stays intact)
+            path = os.path.join(root, name)
+            with open(path, "r+b") as f:
+                f.truncate(min(100, os.path.getsize(path)))
+    out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--noprogress", "--config.rollout.max_new_tokens=8",
+                "--config.max_steps=2", "--resume", timeout=600)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-3000:]
+    assert f"cannot resume from the orbax checkpoint {tmp_path / 'run' / 'checkpoints' / '1'} (corrupt" in out.stderr
