@@ -15,14 +15,16 @@ can be overridden with --config.<field>=<value> (typed: --config.eval.ks='(1,2,4
 The config is converted once to the typed maxk_jax.rl.run_config.RunConfig and validated (estimator, k <= n, mesh vs devices, batch vs data axis, micro-batches)
 before anything is loaded or compiled; then the model directory, problem files, output directory,
 checkpoints (with --resume) and the judge (GET /healthz) are checked (`maxk_jax.preflight`). A
-user's mistake is one line on stderr and exit status 2 (`maxk_jax.cli`); a step in which every sample is
-masked (no reward: the judge is down) stops the run (``rollout.masked_steps_tolerated``). Outputs in config.output_dir: config.json,
-metrics.jsonl, tensorboard/, checkpoints/<step>/ (orbax), eval/step_<s>/ (if eval.interval).
+user's mistake is one line on stderr and exit status 2 (`maxk_jax.cli`); a step in which every
+sample is masked (no reward: the judge is down) stops the run (``rollout.masked_steps_tolerated``).
+The console gets the last step's headline metrics as a table. Outputs in config.output_dir:
+config.json, metrics.jsonl, tensorboard/, checkpoints/<step>/ (orbax), eval/step_<s>/ (if eval.interval).
 """
 from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -74,7 +76,7 @@ SUMMARY_PREFIXES = ("reward/mean", "reward/best_of_n_mean", "train/pass_at_k/", 
                     "eval/pass_at_k/", "eval/max_at_k/", "samples/masked", "ppo/loss", "ppo/kl_ref")
 
 
-def metrics_table(record: dict) -> str:
+def metrics_table(record: dict[str, Any]) -> str:
     """The last metrics record's headline numbers (`SUMMARY_PREFIXES`) as a markdown table."""
     rows = [(k, v) for prefix in SUMMARY_PREFIXES for k, v in sorted(record.items(), key=lambda kv: _natural(kv[0]))
             if k == prefix or (prefix.endswith("/") and k.startswith(prefix))]
@@ -83,7 +85,7 @@ def metrics_table(record: dict) -> str:
     return "\n".join([f"| metric (step {step}) | value |", "|---|---|", *(f"| {k} | {fmt(v)} |" for k, v in rows)])
 
 
-def _natural(key: str) -> tuple:
+def _natural(key: str) -> tuple[str, int]:
     head, _, tail = key.rpartition("/")
     return (head, int(tail)) if tail.isdigit() else (key, 0)
 

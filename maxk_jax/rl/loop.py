@@ -11,7 +11,8 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
      problem list drawn from ``np.random.default_rng([seed, e])``; epochs are concatenated, so
      step s always reads stream positions [s*P, (s+1)*P));
   2. ``rng, key = split(rng)``; ``rollout.collect``: n samples per problem with ``key``, judged
-     by the executor (null rewards masked, counted);
+     by the executor (null rewards masked, counted; more than ``rollout.masked_steps_tolerated``
+     steps in a row with every sample masked stop the run: `MaskedRolloutError`);
   3. reference log-probs (a no-grad pass with the initial weights) when kl_beta > 0;
   4. ``algo.ppo_iterations`` calls of ``train_step`` on that batch (each recomputes the
      log-ratios against the behaviour log-probs and feeds them to the estimator);
