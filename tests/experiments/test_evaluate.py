@@ -218,3 +218,15 @@ def test_a_judge_that_answers_health_but_judges_nothing_is_one_line(fixture_dir,
     assert (f"every one of the 6 samples was excluded (statuses: {{'sandbox_error': 6}}): the judge {url!r} gave no "
             "verdict") in res.stderr
     assert not (tmp_path / "out" / "summary.json").exists() and not (tmp_path / "out" / "curves.png").exists()
+
+
+def test_corrupt_orbax_checkpoint_is_named_in_one_line(fixture_dir, tmp_path):
+    step = tmp_path / "ckpt" / "3"
+    (step / "state").mkdir(parents=True)
+    (step / "metadata").mkdir()
+    (step / "state" / "_METADATA").write_bytes(b"\x00garbage")
+    (step / "metadata" / "metadata").write_text(json.dumps({"model_dir": str(fixture_dir / "model")}))
+    res = _run(*_args(fixture_dir, tmp_path / "out", f"--checkpoint={tmp_path / 'ckpt'}"))
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr[-2000:]
+    assert f"corrupt orbax checkpoint state metadata '{step}/state/_METADATA' is not valid JSON" in res.stderr
+    assert not (tmp_path / "out").exists()
