@@ -6,9 +6,9 @@
   checks inside ``with user_errors():`` which turns their ValueError / OSError into `UserError`;
 * ``--help`` / ``--helpshort`` / ``--helpfull`` exit 0;
 * internal errors (anything else) keep their traceback;
-* a quiet console: library log records (orbax, jax, transformers, ...) below ERROR and the program's own
-  below WARNING are dropped unless ``--log_level=info`` (or debug) or absl's ``--verbosity`` /
-  ``-v`` is given.
+* a quiet console: library log records (orbax, jax, transformers, ...) below ERROR and the
+  program's own below WARNING are dropped unless ``--log_level=info`` (or debug) or absl's
+  ``--verbosity`` / ``-v`` is given.
 
     from maxk_jax import cli
 
@@ -66,15 +66,15 @@ def _program() -> str:
 
 
 @contextlib.contextmanager
-def user_errors(*kinds: type[BaseException]) -> Iterator[None]:
-    """Inside the block, ValueError / OSError (FileNotFoundError, PermissionError, ...) and any
-    of `kinds` are the user's mistakes: they become `UserError` with the same message (chained,
-    so ``--log_level=debug`` can still show where they came from)."""
+def user_errors() -> Iterator[None]:
+    """Inside the block (the checks before work), ValueError and OSError (FileNotFoundError,
+    PermissionError, ...) are the user's mistakes: they become `UserError` with the same message
+    (chained to the original)."""
     try:
         yield
     except UserError:
         raise
-    except (ValueError, OSError, *kinds) as err:
+    except (ValueError, OSError) as err:
         raise UserError(_message(err)) from err
 
 
@@ -82,8 +82,6 @@ def _message(err: BaseException) -> str:
     text = str(err).strip()
     if isinstance(err, OSError) and err.filename is not None and err.strerror:
         text = f"{err.filename}: {err.strerror}"
-    if isinstance(err, KeyError) and err.args:
-        text = str(err.args[0])
     return text or type(err).__name__
 
 
