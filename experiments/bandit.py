@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from maxk_jax import estimators
+from maxk_jax import cli, estimators
 from maxk_jax.rl import losses
 
 DEFAULT_CURVES = ("rloo", "tang_loo", "tang_loo_biased", "maxk:baseline=none",
@@ -488,7 +488,11 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.fast_compile:  # read when JAX initialises its backend, i.e. at the first computation
         os.environ["XLA_FLAGS"] = " ".join(
             [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
-    config = config_from_flags()
+    from maxk_jax import preflight
+
+    with cli.user_errors():   # every check before work: one line per mistake
+        config = config_from_flags()
+        preflight.check_writable_dir(FLAGS.out_dir, "--out_dir")
     t0 = time.perf_counter()
     results = run_experiment(config, progress=lambda msg: print(f"  {msg}", flush=True))
     print(summary_table(results, sorted({config.steps // 10, config.steps // 2, config.steps})))
@@ -499,4 +503,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run_main(main)

@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from experiments import paper_listings  # noqa: E402
-from maxk_jax import estimators  # noqa: E402
+from maxk_jax import cli, estimators  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -296,4 +296,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run_main(main)

@@ -48,12 +48,13 @@ from typing import Any, Callable
 
 import httpx
 import matplotlib
-from absl import app, flags
+from absl import flags
 from tqdm import tqdm
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from maxk_jax import cli  # noqa: E402
 from maxk_jax.execution import EmbeddedExecutor, HttpExecutor, judge  # noqa: E402
 from maxk_jax.execution.sandbox import SandboxConfig  # noqa: E402
 
@@ -363,4 +364,4 @@ def main(argv: list) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

@@ -32,6 +32,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from maxk_jax import cli  # noqa: E402
 from maxk_jax.models import convert, qwen2  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -128,4 +129,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

@@ -46,7 +46,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from maxk_jax import sampling  # noqa: E402
+from maxk_jax import cli, sampling  # noqa: E402
 from maxk_jax.sampling import _sampler  # noqa: E402
 from maxk_jax.models import convert, qwen2  # noqa: E402
 
@@ -264,4 +264,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

@@ -42,6 +42,8 @@ import numpy as np
 import optax
 from absl import app, flags
 
+from maxk_jax import cli
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("hidden", 256, "Hidden size of the random Qwen2.")
 flags.DEFINE_integer("layers", 4, "Decoder layers.")
@@ -290,4 +292,4 @@ def main(argv: list[str]) -> None:
           f"load avg {' '.join(f'{x:.2f}' for x in result['load_avg'])}); wrote {out}/bench_train.{{json,png}}")
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

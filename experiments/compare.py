@@ -11,7 +11,11 @@ and max@k curves against k, log2 axis). See `maxk_jax.eval.compare`.
 """
 from __future__ import annotations
 
-from absl import app, flags, logging
+import os
+
+from absl import app, flags
+
+from maxk_jax import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runs", None, "Comma-separated result directories (each with summary.json and "
@@ -31,19 +35,25 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"--runs needs at least two result directories, got {FLAGS.runs}")
     if FLAGS.names and len(FLAGS.names) != len(FLAGS.runs):
         raise app.UsageError(f"--names has {len(FLAGS.names)} entries for {len(FLAGS.runs)} runs")
+    from maxk_jax import preflight
     from maxk_jax.eval.compare import compare_runs, write_comparison
-    from maxk_jax.eval.report import read_report
+    from maxk_jax.eval.report import SUMMARY, read_report
 
-    loaded = [read_report(d) for d in FLAGS.runs]
-    names = list(FLAGS.names) or [name for _, name in loaded]
-    if len(set(names)) != len(names):
-        names = [f"{name} ({d})" for name, d in zip(names, FLAGS.runs)]
-    comparison = compare_runs([r for r, _ in loaded], names, intersect=FLAGS.intersect)
+    with cli.user_errors():   # every check before work: one line per mistake
+        for d in FLAGS.runs:
+            if not os.path.isfile(os.path.join(d, SUMMARY)):
+                raise ValueError(f"--runs entry {d!r} is not a finished evaluation directory (no {SUMMARY})")
+        preflight.check_writable_dir(FLAGS.out_dir, "--out_dir")
+        loaded = [read_report(d) for d in FLAGS.runs]
+        names = list(FLAGS.names) or [name for _, name in loaded]
+        if len(set(names)) != len(names):
+            names = [f"{name} ({d})" for name, d in zip(names, FLAGS.runs)]
+        comparison = compare_runs([r for r, _ in loaded], names, intersect=FLAGS.intersect)
     paths = write_comparison(comparison, FLAGS.out_dir, title=FLAGS.title)
-    logging.info("wrote %s", paths)
     with open(paths["table"], encoding="utf-8") as f:
         print(f.read())
+    print(f"results: {os.path.abspath(FLAGS.out_dir)}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

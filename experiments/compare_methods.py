@@ -33,11 +33,11 @@ import os
 import time
 from collections.abc import Sequence
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments.configs import base as base_config
-from maxk_jax import config_overrides
+from maxk_jax import cli, config_overrides, preflight
 from maxk_jax.pipelines import TABLE2_METHODS, from_config_dict, run_comparison, shortcut_overrides
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
@@ -83,15 +83,17 @@ def main(argv: Sequence[str]) -> None:
     `run_comparison`."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    cfg = from_config_dict(FLAGS.config, shortcut_overrides(runs_dir=FLAGS.runs_dir))
-    seeds = parse_seeds(FLAGS.seeds)
+    with cli.user_errors():   # every check before work: one line per mistake
+        cfg = from_config_dict(FLAGS.config, shortcut_overrides(runs_dir=FLAGS.runs_dir))
+        seeds = parse_seeds(FLAGS.seeds)
+        preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")
+        preflight.check_executor(cfg.executor)
     start = time.perf_counter()
     out = run_comparison(cfg, FLAGS.methods, seeds, name=FLAGS.name, method_table=base_config.METHODS,
                          large_k=FLAGS.large_k, overwrite=FLAGS.overwrite, progress=FLAGS.progress)
-    logging.info("comparison done")
     print(f"\nDone in {time.perf_counter() - start:.0f} s.\nTable: {out['results']}\nPlot: {out['plot']}")
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main, flags_parser=config_overrides.parse_flags)
+    cli.run_main(main)

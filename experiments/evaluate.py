@@ -12,7 +12,15 @@ architecture and tokenizer come from --model_dir or the checkpoint metadata's "m
 Problems come from --dataset (any `maxk_jax.data.load_dataset` name, with --path/--split/
 --options) or a Problem JSONL cache (--problems, see experiments.prepare_data).
 
-All flags are checked before anything is loaded or written (a rejected run leaves no files).
+The prompt format (--prompt_format: "full" or "statement"), chat template, system prompt and stop
+ids default to those of the training run that wrote an orbax checkpoint (its stored run config), so
+`--checkpoint=runs/tiny/rl/checkpoints` on the pipeline's test problems with its eval settings
+reproduces the pipeline's numbers.
+
+All flags, the problem file, the checkpoint (and its model directory), --out_dir's writability
+and the judge (GET /healthz) are checked before anything is loaded or written, and every prompt
+plus --max_new_tokens must fit the model's context before anything is written (a rejected run
+leaves no files; a user's mistake is one line on stderr, exit status 2: `maxk_jax.cli`).
 Writes to --out_dir: run_config.json (written first, once the model and problems are loaded),
 per_problem.jsonl (one line per problem, appended as problems finish), and at the end
 summary.json, table.md and curves.png (see
@@ -30,8 +38,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from typing import Any
 
-from absl import app, flags, logging
+from absl import app, flags
+
+from maxk_jax import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("checkpoint", None, "Hugging Face Qwen2 directory, or an orbax checkpoint directory written by "
@@ -62,10 +73,15 @@ flags.DEFINE_list("eos_id", [], "Stop token ids (default: the tokenizer's eos to
                   "and generation_config.json's eos_token_id).")
 flags.DEFINE_integer("seed", None, "Seed of the sampling key (required: sample j of problem i uses "
                      "split(fold_in(key(seed), i), n)[j]).")
-flags.DEFINE_enum("chat", "auto", ["auto", "true", "false"], "Prompt format: chat template (true), plain text "
-                  "ending in an opened ```python fence (false), or chat when the tokenizer has a template (auto).")
-flags.DEFINE_string("system_prompt", None, "System prompt (default: maxk_jax.data.prompts.DEFAULT_SYSTEM_PROMPT; "
-                    "empty string = no system message).")
+flags.DEFINE_enum("prompt_format", "auto", ["auto", "full", "statement"], "Prompt format (maxk_jax.rl.rollout): "
+                  "'full' (system prompt + instructions + answer format), 'statement' (the bare statement in the "
+                  "chat template, as the tiny pipeline trains), or 'auto': the training run's data.prompt_format "
+                  "for an orbax checkpoint written by training, else 'full'.")
+flags.DEFINE_enum("chat", "auto", ["auto", "true", "false"], "Full prompts: chat template (true), plain text "
+                  "ending in an opened ```python fence (false), or (auto) the training run's data.chat, else chat "
+                  "when the tokenizer has a template.")
+flags.DEFINE_string("system_prompt", None, "System prompt (default: the training run's data.system_prompt, else "
+                    "maxk_jax.data.prompts.DEFAULT_SYSTEM_PROMPT; empty string = no system message).")
 flags.DEFINE_bool("use_upstream_prompt", False, "Use the dataset's own formatted prompt (LiveBench) as the user message.")
 flags.DEFINE_string("executor", "embedded", "Judge: 'embedded' (in-process sandbox), 'embedded:N' (N slots), "
                     "'http://host:port[,http://...]' (judge services) or 'sandboxfusion+http://host:port'.")
@@ -104,7 +120,7 @@ def _problems() -> tuple[list, dict]:
         except ValueError as e:
             raise app.UsageError(str(e)) from e
         problems, report = load_dataset(FLAGS.dataset, FLAGS.path, FLAGS.split, **options)
-        logging.info("%s", report.summary())
+        print(report.summary(), flush=True)
         spec = {"name": FLAGS.dataset, "path": FLAGS.path, "split": FLAGS.split, "options": options}
     if FLAGS.limit:
         problems = problems[:FLAGS.limit]
@@ -149,10 +165,86 @@ def _check_flags() -> None:
         raise app.UsageError(f"--mesh must be three comma-separated sizes 'data,fsdp,tensor', got {FLAGS.mesh!r}")
 
 
+def _training_run_config() -> dict[str, Any]:
+    """The run config of the training run that wrote --checkpoint (an orbax checkpoint of
+    `maxk_jax.rl.loop`), {} for a Hugging Face directory; checks the checkpoint and its model
+    directory on the way (ValueError naming what is missing or corrupt)."""
+    from maxk_jax import preflight
+    from maxk_jax.checkpoint import Checkpointer
+    from maxk_jax.eval.checkpoint import is_hf_dir
+
+    path = os.path.abspath(FLAGS.checkpoint)
+    if not os.path.exists(path):
+        raise ValueError(f"--checkpoint {path!r} does not exist")
+    if not os.path.isdir(path):
+        raise ValueError(f"--checkpoint {path!r} is not a directory")
+    if is_hf_dir(path):
+        preflight.check_model_dir(path, tokenizer=not FLAGS.tokenizer)
+        return {}
+    if os.path.isdir(os.path.join(path, "state")):   # a step directory
+        step_dir = path
+    else:
+        with Checkpointer(path, read_only=True) as ckpt:
+            steps = ckpt.all_steps()
+        if not steps:
+            raise ValueError(f"--checkpoint {path!r} is neither a Hugging Face model directory (no config.json) nor "
+                             "an orbax checkpoint with a committed step")
+        if FLAGS.step is not None and FLAGS.step not in steps:
+            raise ValueError(f"--step={FLAGS.step} not found in {path!r}; available steps: {steps}")
+        step_dir = os.path.join(path, str(steps[-1] if FLAGS.step is None else FLAGS.step))
+    meta = preflight.check_orbax_step(step_dir)
+    model_dir = FLAGS.model_dir or meta.get("model_dir")
+    if model_dir:
+        preflight.check_model_dir(model_dir, weights=False, tokenizer=not FLAGS.tokenizer)
+    return json.loads(meta["config_json"]) if isinstance(meta.get("config_json"), str) else {}
+
+
+def _prompt_settings(run_config: dict[str, Any]) -> dict[str, Any]:
+    """Prompt format and render settings: the flags, else the training run's ``data.*``."""
+    from maxk_jax.data.prompts import DEFAULT_SYSTEM_PROMPT
+
+    data = run_config.get("data", {})
+    fmt = data.get("prompt_format", "full") if FLAGS.prompt_format == "auto" else FLAGS.prompt_format
+    chat = {"true": True, "false": False}.get(FLAGS.chat, data.get("chat"))
+    system = FLAGS.system_prompt
+    if system is None:
+        trained = data.get("system_prompt", "default")
+        system = DEFAULT_SYSTEM_PROMPT if trained == "default" else trained
+    return {"prompt_format": fmt, "system_prompt": system, "chat": chat,
+            "use_upstream_prompt": FLAGS.use_upstream_prompt}
+
+
+def _check_context(problems: list, tokenizer: Any, model_config: Any, prompt: dict[str, Any]) -> None:
+    """Every prompt plus --max_new_tokens fits the model's context (before anything is written)."""
+    from maxk_jax.rl.rollout import encode_problems
+
+    render = {k: v for k, v in prompt.items() if k != "prompt_format"}
+    ids, _ = encode_problems(problems, tokenizer, prompt["prompt_format"], render)
+    longest = max(range(len(ids)), key=lambda i: len(ids[i]))
+    context = model_config.max_position_embeddings
+    if len(ids[longest]) >= context:
+        raise ValueError(f"problem {problems[longest].id!r} has a {len(ids[longest])}-token prompt in the "
+                         f"{prompt['prompt_format']!r} format (--prompt_format), no shorter than the model's context "
+                         f"of {context} tokens (max_position_embeddings); use another prompt format or other problems")
+    if len(ids[longest]) + FLAGS.max_new_tokens > context:
+        raise ValueError(f"--max_new_tokens={FLAGS.max_new_tokens} does not fit: problem {problems[longest].id!r} has "
+                         f"a {len(ids[longest])}-token prompt and the model's context is {context} tokens "
+                         f"(max_position_embeddings); use --max_new_tokens <= {context - len(ids[longest])} "
+                         "or fewer / shorter problems")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    _check_flags()
+    from maxk_jax import preflight
+
+    with cli.user_errors():   # every check before work: one line per mistake, nothing written
+        _check_flags()
+        if FLAGS.problems:
+            preflight.check_problem_file(FLAGS.problems, "--problems file")
+        run_config = _training_run_config()
+        preflight.check_writable_dir(FLAGS.out_dir, "--out_dir")
+        preflight.check_executor(FLAGS.executor)
     import contextlib
 
     import jax
@@ -160,32 +252,46 @@ def main(argv: list[str]) -> None:
 
     from maxk_jax import multihost, sharding
     from maxk_jax.eval import report as eval_report
-    from maxk_jax.data.prompts import DEFAULT_SYSTEM_PROMPT
     from maxk_jax.eval.checkpoint import generation_eos_ids, load_model
     from maxk_jax.eval.run import ModelCompletionSource, check_ks, default_eos_ids, default_ks, run_evaluation
     from maxk_jax.execution import make_executor
     from maxk_jax.models.tokenizer import load_tokenizer
+    from maxk_jax.rl.rollout import PromptCompletionSource, RolloutSettings
+    from maxk_jax.sampling import SamplerSettings
 
     kwargs = ({"coordinator_address": FLAGS.coordinator_address, "num_processes": FLAGS.num_processes,
                "process_id": FLAGS.process_id} if FLAGS.coordinator_address else {})
     sharding.maybe_initialize_distributed(FLAGS.distributed, **kwargs)   # before jax sees its devices
     lead = jax.process_index() == 0
-    problems, dataset = _problems()
-    ks = check_ks(_int_list(FLAGS.ks, "ks"), FLAGS.n) if FLAGS.ks else default_ks(FLAGS.n)
-    mesh_flag = FLAGS.mesh or ("-1,1,1" if jax.process_count() > 1 else "")
-    mesh = sharding.make_mesh(*_int_list(mesh_flag.split(","), "mesh")) if mesh_flag else None
-    model = load_model(FLAGS.checkpoint, step=FLAGS.step, model_dir=FLAGS.model_dir, tokenizer_dir=FLAGS.tokenizer,
-                       dtype=jnp.bfloat16 if FLAGS.dtype == "bfloat16" else jnp.float32, mesh=mesh)
-    tokenizer = load_tokenizer(model.tokenizer_dir)
+    with cli.user_errors():   # problems, model and tokenizer: a bad file is named in one line
+        problems, dataset = _problems()
+        ks = check_ks(_int_list(FLAGS.ks, "ks"), FLAGS.n) if FLAGS.ks else default_ks(FLAGS.n)
+        mesh_flag = FLAGS.mesh or ("-1,1,1" if jax.process_count() > 1 else "")
+        mesh = sharding.make_mesh(*_int_list(mesh_flag.split(","), "mesh")) if mesh_flag else None
+        model = load_model(FLAGS.checkpoint, step=FLAGS.step, model_dir=FLAGS.model_dir, tokenizer_dir=FLAGS.tokenizer,
+                           dtype=jnp.bfloat16 if FLAGS.dtype == "bfloat16" else jnp.float32, mesh=mesh)
+        tokenizer = load_tokenizer(model.tokenizer_dir)
+        render_kwargs = _prompt_settings(run_config)
+        _check_context(problems, tokenizer, model.config, render_kwargs)
     hf_dir = model.description.get("model_dir", model.description["checkpoint"])
-    eos = _int_list(FLAGS.eos_id, "eos_id") or default_eos_ids(model.config, tokenizer, generation_eos_ids(hf_dir))
-    render_kwargs = {"system_prompt": DEFAULT_SYSTEM_PROMPT if FLAGS.system_prompt is None else FLAGS.system_prompt,
-                     "chat": {"auto": None, "true": True, "false": False}[FLAGS.chat],
-                     "use_upstream_prompt": FLAGS.use_upstream_prompt}
-    generate_kwargs, params = ({} if mesh is None else {"mesh": mesh}), model.params   # params already on mesh
-    source = ModelCompletionSource(model.config, params, tokenizer, max_new_tokens=FLAGS.max_new_tokens,
-                                   temperature=FLAGS.temperature, top_p=FLAGS.top_p, top_k=FLAGS.top_k, eos_id=eos,
-                                   render_kwargs=render_kwargs, generate_kwargs=generate_kwargs)
+    trained_eos = [int(e) for e in run_config.get("rollout", {}).get("eos_ids", [])]
+    eos = (_int_list(FLAGS.eos_id, "eos_id") or trained_eos
+           or default_eos_ids(model.config, tokenizer, generation_eos_ids(hf_dir)))
+    params = model.params   # already on mesh
+    if render_kwargs["prompt_format"] == "statement":   # the training side's source (maxk_jax.rl.rollout)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model.config.pad_token_id or 0)
+        settings = RolloutSettings(
+            sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature,
+                                    top_k=FLAGS.top_k, top_p=FLAGS.top_p),
+            eos_ids=tuple(eos), pad_id=int(pad), prompt_format="statement")
+        source = PromptCompletionSource(model.config, params, tokenizer, settings, mesh)
+    else:
+        generate_kwargs = {} if mesh is None else {"mesh": mesh}
+        source = ModelCompletionSource(model.config, params, tokenizer, max_new_tokens=FLAGS.max_new_tokens,
+                                       temperature=FLAGS.temperature, top_p=FLAGS.top_p, top_k=FLAGS.top_k,
+                                       eos_id=eos, render_kwargs={k: v for k, v in render_kwargs.items()
+                                                                  if k != "prompt_format"},
+                                       generate_kwargs=generate_kwargs)
     out_dir = os.path.abspath(FLAGS.out_dir)
     run_name = FLAGS.run_name or os.path.basename(out_dir)
     ids = "\n".join(p.id for p in problems).encode("utf-8")
@@ -201,7 +307,8 @@ def main(argv: list[str]) -> None:
     # Multi-host: process 0 owns out_dir (reads the finished results, writes every file); the other
     # hosts get its finished results inside run_evaluation and write nothing.
     if lead:
-        done = _prepare_out_dir(out_dir, jsonl, config)
+        with cli.user_errors():   # a finished run with other settings in --out_dir: refused in one line
+            done = _prepare_out_dir(out_dir, jsonl, config)
     else:
         done = []
     with make_executor(FLAGS.executor) as executor, \
@@ -213,10 +320,15 @@ def main(argv: list[str]) -> None:
                                 progress=FLAGS.progress and lead, host=multihost.batch_block(mesh))
     if not lead:
         return
+    totals = result.totals()
+    if totals["samples"] and not totals["valid_samples"]:   # no verdict at all: the judge, not the model
+        raise cli.UserError(f"every one of the {totals['samples']} samples was excluded (statuses: "
+                            f"{totals['status_counts']}): the judge {FLAGS.executor!r} gave no verdict; the "
+                            f"per-problem records are in {jsonl}, no report was written")
     paths = eval_report.write_report(result, out_dir, name=run_name)
-    logging.info("wrote %s", paths)
     with open(paths["table"], encoding="utf-8") as f:
         print(f.read())
+    print(f"results: {out_dir}")
 
 
 def _prepare_out_dir(out_dir: str, jsonl: str, config: dict) -> list:
@@ -224,6 +336,9 @@ def _prepare_out_dir(out_dir: str, jsonl: str, config: dict) -> list:
     from maxk_jax.eval import report as eval_report
 
     os.makedirs(out_dir, exist_ok=True)
+    config_path = os.path.join(out_dir, eval_report.RUN_CONFIG)
+    if os.path.exists(config_path) and not (os.path.exists(jsonl) and os.path.getsize(jsonl)):
+        os.remove(config_path)   # a run that finished no problem: nothing to resume or protect
     if FLAGS.overwrite:
         for name in (eval_report.PER_PROBLEM, eval_report.SUMMARY, eval_report.TABLE, eval_report.CURVES,
                      eval_report.RUN_CONFIG):
@@ -231,11 +346,11 @@ def _prepare_out_dir(out_dir: str, jsonl: str, config: dict) -> list:
                 os.remove(os.path.join(out_dir, name))
     resume = eval_report.check_resumable(out_dir, config, RESULT_KEYS)
     done = eval_report.read_results(jsonl, repair=True) if resume and os.path.exists(jsonl) else []
-    logging.info("%s: %d of %d problems already done", out_dir, len(done), config["num_problems"])
+    print(f"{out_dir}: {len(done)} of {config['num_problems']} problems already done", flush=True)
     eval_report.atomic_write(os.path.join(out_dir, eval_report.RUN_CONFIG),
                              (json.dumps(config, indent=2, allow_nan=False) + "\n").encode("utf-8"))
     return done
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

@@ -39,7 +39,7 @@ import shutil  # noqa: E402
 from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from maxk_jax import memory_plan  # noqa: E402
+from maxk_jax import cli, memory_plan  # noqa: E402
 from maxk_jax.models import qwen2  # noqa: E402
 from maxk_jax.rl import training  # noqa: E402
 
@@ -100,4 +100,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

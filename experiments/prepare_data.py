@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 
-from absl import app, flags, logging
+from absl import app, flags
 
+from maxk_jax import cli
 from maxk_jax.data import load_dataset, make_token_counter, save_problems
 from maxk_jax.data.loaders import parse_options_json
 
@@ -63,16 +64,25 @@ def _plot(problems, report, path: str) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    problems, report = load_dataset(FLAGS.dataset, FLAGS.path, FLAGS.split, **_options())
+    from maxk_jax import preflight
+
+    with cli.user_errors():   # every check before work: one line per mistake
+        if FLAGS.tokenizer and not os.path.isdir(FLAGS.tokenizer):
+            raise ValueError(f"--tokenizer directory {FLAGS.tokenizer!r} does not exist")
+        preflight.check_writable_dir(os.path.dirname(os.path.abspath(FLAGS.out)), "directory of --out")
+        if FLAGS.plot:
+            preflight.check_writable_dir(os.path.dirname(os.path.abspath(FLAGS.plot)), "directory of --plot")
+        options = _options()
+    problems, report = load_dataset(FLAGS.dataset, FLAGS.path, FLAGS.split, **options)
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
     n = save_problems(problems, FLAGS.out)
     with open(FLAGS.out + ".report.json", "w", encoding="utf-8") as f:
         json.dump(report.to_dict(), f, indent=2)
     if FLAGS.plot:
         _plot(problems, report, FLAGS.plot)
-    logging.info("wrote %d problems to %s", n, FLAGS.out)
+    print(f"wrote {n} problems to {FLAGS.out}")
     print(report.summary())
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

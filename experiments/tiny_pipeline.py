@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from maxk_jax import config_overrides
+from maxk_jax import cli, config_overrides
 from maxk_jax.pipelines import from_config_dict, run_pipeline, shortcut_overrides
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
@@ -70,14 +70,36 @@ def main(argv: Sequence[str]) -> None:
     and the model directory once jax.distributed is up, before anything is built)."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    cfg = from_config_dict(FLAGS.config, shortcut_overrides(
-        name=FLAGS.name, runs_dir=FLAGS.runs_dir, estimator=FLAGS.estimator, k=FLAGS.k,
-        model_path=FLAGS.model_path, dataset=FLAGS.dataset, dataset_path=FLAGS.dataset_path))
+    with cli.user_errors():   # every check before work: one line per mistake, nothing written
+        cfg = from_config_dict(FLAGS.config, shortcut_overrides(
+            name=FLAGS.name, runs_dir=FLAGS.runs_dir, estimator=FLAGS.estimator, k=FLAGS.k,
+            model_path=FLAGS.model_path, dataset=FLAGS.dataset, dataset_path=FLAGS.dataset_path))
+        check_pipeline_inputs(cfg, overwrite=FLAGS.overwrite)
     start = time.perf_counter()
     out = run_pipeline(cfg, overwrite=FLAGS.overwrite, progress=FLAGS.progress)
+    if out["report"] is not None:   # process 0: the headline numbers (the rest is in the report)
+        from maxk_jax.eval.report import markdown_table
+
+        c = out["comparison"]
+        for metric in ("pass_at_k", "max_at_k"):
+            print("\n" + markdown_table([(name, c["means"][name][metric]) for name in c["names"]], c["ks"], metric))
     print(f"\nDone in {time.perf_counter() - start:.0f} s.\nReport: {out['report']}\nCurves: {out['curves']}")
+
+
+def check_pipeline_inputs(cfg, *, overwrite: bool) -> None:
+    """Before any phase: --model_path (when given) is an intact HF model directory, runs_dir is
+    writable, the run directory is new (or --overwrite) and the judge answers."""
+    from maxk_jax import preflight
+
+    if cfg.model.path:
+        preflight.check_model_dir(cfg.model.path)
+    preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")
+    run_dir = os.path.abspath(os.path.join(cfg.runs_dir, cfg.name))
+    if os.path.exists(run_dir) and not overwrite:
+        raise ValueError(f"run directory {run_dir!r} exists; pass --overwrite or another --name")
+    preflight.check_executor(cfg.executor)
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main, flags_parser=config_overrides.parse_flags)
+    cli.run_main(main)

@@ -13,17 +13,23 @@ tang_softmax, majority_vote) and experiments/configs/tiny_synthetic.py (laptop s
 can be overridden with --config.<field>=<value> (typed: --config.eval.ks='(1,2,4)',
 --config.algo.estimator_options="(('clamp_delta',0.5),)", --config.data.chat=true).
 The config is converted once to the typed maxk_jax.rl.run_config.RunConfig and validated (estimator, k <= n, mesh vs devices, batch vs data axis, micro-batches)
-before anything is loaded or compiled.  Outputs in config.output_dir: config.json,
-metrics.jsonl, tensorboard/, checkpoints/<step>/ (orbax), eval/step_<s>/ (if eval.interval).
+before anything is loaded or compiled; then the model directory, problem files, output directory,
+checkpoints (with --resume) and the judge (GET /healthz) are checked (`maxk_jax.preflight`). A
+user's mistake is one line on stderr and exit status 2 (`maxk_jax.cli`); a step in which every
+sample is masked (no reward: the judge is down) stops the run (``rollout.masked_steps_tolerated``).
+The console gets the last step's headline metrics as a table. Outputs in config.output_dir:
+config.json, metrics.jsonl, tensorboard/, checkpoints/<step>/ (orbax), eval/step_<s>/ (if eval.interval).
 """
 from __future__ import annotations
 
 import json
+import os
+from typing import Any
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from maxk_jax import config_overrides
+from maxk_jax import cli, config_overrides
 
 FLAGS = flags.FLAGS
 _DEFAULT_CONFIG = "experiments/configs/base.py"
@@ -44,19 +50,45 @@ flags.DEFINE_bool("validate_only", False, "Validate the config (no model loading
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from maxk_jax import preflight
     from maxk_jax.rl import loop as rl_loop
     from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
 
-    cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
-    if FLAGS.validate_only:
+    with cli.user_errors():   # every check before work: one line per mistake, nothing written
+        cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
         rl_loop.initialize_distributed(cfg)
         step = rl_loop.validate_config(cfg)
-        print(json.dumps({"config": json.loads(to_config_dict(cfg).to_json_best_effort()),
-                          "loss_kind": step.kind}, indent=2))
-        return
-    record = rl_loop.run(cfg, resume=FLAGS.resume, progress=FLAGS.progress)
-    logging.info("finished: %s", json.dumps(record, sort_keys=True))
+        if FLAGS.validate_only:
+            print(json.dumps({"config": json.loads(to_config_dict(cfg).to_json_best_effort()),
+                              "loss_kind": step.kind}, indent=2))
+            return
+        preflight.check_training_run(cfg, resume=FLAGS.resume)
+    print(f"training {cfg.name!r} -> {cfg.output_dir}", flush=True)
+    try:
+        record = rl_loop.run(cfg, resume=FLAGS.resume, progress=FLAGS.progress)
+    except (rl_loop.MaskedRolloutError, rl_loop.ResumeError) as err:   # a dead judge, a damaged checkpoint
+        raise cli.UserError(str(err)) from err
+    print(metrics_table(record))
+    print(f"all metrics: {os.path.join(cfg.output_dir, 'metrics.jsonl')}")
+
+
+SUMMARY_PREFIXES = ("reward/mean", "reward/best_of_n_mean", "train/pass_at_k/", "train/max_at_k/",
+                    "eval/pass_at_k/", "eval/max_at_k/", "samples/masked", "ppo/loss", "ppo/kl_ref")
+
+
+def metrics_table(record: dict[str, Any]) -> str:
+    """The last metrics record's headline numbers (`SUMMARY_PREFIXES`) as a markdown table."""
+    rows = [(k, v) for prefix in SUMMARY_PREFIXES for k, v in sorted(record.items(), key=lambda kv: _natural(kv[0]))
+            if k == prefix or (prefix.endswith("/") and k.startswith(prefix))]
+    fmt = (lambda v: "null" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
+    step = record.get("step", "?")
+    return "\n".join([f"| metric (step {step}) | value |", "|---|---|", *(f"| {k} | {fmt(v)} |" for k, v in rows)])
+
+
+def _natural(key: str) -> tuple[str, int]:
+    head, _, tail = key.rpartition("/")
+    return (head, int(tail)) if tail.isdigit() else (key, 0)
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=config_overrides.parse_flags)
+    cli.run_main(main)

@@ -3,18 +3,17 @@
 ml_collections rejects an override of a field the config does not have with a bare
 ``AttributeError: "'bogus'"`` traceback -- raised while absl parses the flags (or, when
 ``--config`` itself is not given, already when the flag is defined at import). The CLIs define
-their config flag inside `explained_errors` and parse flags with `parse_flags`, so the message
+their config flag inside `explained_errors` and run through `maxk_jax.cli.run_main`, so the message
 names the override, the config section it was looked up in, and the valid fields there::
 
     from maxk_jax import config_overrides
     with config_overrides.explained_errors("config", default="experiments/configs/base.py:grpo"):
         config_flags.DEFINE_config_file("config", "experiments/configs/base.py:grpo", "...", lock_config=True)
     ...
-    app.run(main, flags_parser=config_overrides.parse_flags)
+    cli.run_main(main)
 
     $ python -m experiments.train --config.algo.bogus=1
-    FATAL Flags parsing error: --config.algo.bogus: config.algo has no field 'bogus'; valid fields:
-    beta, eps_high, ...
+    train: error: --config.algo.bogus: config.algo has no field 'bogus'; valid fields: beta, ...
 """
 from __future__ import annotations
 
@@ -26,7 +25,8 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from absl import app
+from maxk_jax import cli
+
 
 _DEFAULTS: dict[str, str] = {}  # config flag name -> default config file, for the diagnosis
 
@@ -104,12 +104,9 @@ def explain(argv: Sequence[str], name: str = "config", default: str | None = Non
     return None
 
 
-def _fail(message: str) -> None:
-    sys.stderr.write(f"FATAL Flags parsing error: {message}\nPass --helpshort or --helpfull to see help on flags.\n")
-    sys.exit(1)
-
-
-def _explained(err: Exception, argv: Sequence[str]) -> str:
+def explain_error(err: Exception, argv: Sequence[str]) -> str:
+    """The message for `err` raised while parsing the ``--config`` overrides in `argv`: the
+    diagnosis of `explain` when an override names no field, else the error itself."""
     for name in _DEFAULTS or {"config": ""}:
         try:
             message = explain(argv, name)
@@ -123,24 +120,15 @@ def _explained(err: Exception, argv: Sequence[str]) -> str:
 @contextlib.contextmanager
 def explained_errors(name: str = "config", default: str = "") -> Iterator[None]:
     """Wrap the caller's ``config_flags.DEFINE_config_file(name, default, ...)``: an unknown override
-    exits with the message of `explain` (status 1, like any absl flag error).
+    exits with the message of `explain` (one line, status 2: `maxk_jax.cli.fail`).
 
     ml_collections parses the default config (with the command line's overrides) at definition
     when ``--name`` is not given. The DEFINE stays in the caller so absl attributes the flag to
     the CLI's module (``--helpshort`` lists it).
     """
     _DEFAULTS[name] = default
+    cli.register_flag_error_explainer(explain_error)   # the same message when absl parses the flags
     try:
         yield
     except (AttributeError, KeyError) as err:
-        _fail(_explained(err, sys.argv))
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl ``flags_parser`` for ``app.run``: the default parsing (usage on flag errors), plus a
-    clear message naming the field and the valid ones for an unknown ``--config.<field>``."""
-    try:
-        return app.parse_flags_with_usage(argv)
-    except (AttributeError, KeyError) as err:
-        _fail(_explained(err, argv))
-        raise  # unreachable: _fail exits
+        cli.fail(explain_error(err, sys.argv))

@@ -12,7 +12,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Stage of each unit (a top-level module / subpackage of maxk_jax; rl's modules one by one).
 # A unit may import only units of the same or an earlier stage.
 STAGE = {
-    "sharding": 0, "multihost": 0, "checkpoint": 0, "config_overrides": 0, "models": 0, "data": 0,
+    "sharding": 0, "multihost": 0, "checkpoint": 0, "config_overrides": 0, "cli": 0, "models": 0, "data": 0,
+    "preflight": 0,
     "sampling": 1,
     "execution": 2,
     "judging": 3,

@@ -11,7 +11,8 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
      problem list drawn from ``np.random.default_rng([seed, e])``; epochs are concatenated, so
      step s always reads stream positions [s*P, (s+1)*P));
   2. ``rng, key = split(rng)``; ``rollout.collect``: n samples per problem with ``key``, judged
-     by the executor (null rewards masked, counted);
+     by the executor (null rewards masked, counted; more than ``rollout.masked_steps_tolerated``
+     steps in a row with every sample masked stop the run: `MaskedRolloutError`);
   3. reference log-probs (a no-grad pass with the initial weights) when kl_beta > 0;
   4. ``algo.ppo_iterations`` calls of ``train_step`` on that batch (each recomputes the
      log-ratios against the behaviour log-probs and feeds them to the estimator);
@@ -71,6 +72,16 @@ from maxk_jax.rl.metrics_log import MetricsLogger
 from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 EvalFn = Callable[[Any, int], dict[str, float]]
+
+
+class ResumeError(ValueError):
+    """The newest checkpoint cannot be restored (corrupt, or written with another config)."""
+
+
+class MaskedRolloutError(RuntimeError):
+    """Every sample of more RL steps in a row than ``rollout.masked_steps_tolerated`` was masked
+    (no reward: the judge is unreachable or broken); the message names the executor and the
+    statuses seen."""
 
 
 # ------------------------------------------------------------------ data --------------------
@@ -202,6 +213,7 @@ class RunContext:
     model_dir: str
     state: training.TrainState
     rng: jax.Array
+    masked_streak: int = 0            # RL steps in a row with every sample masked
 
 
 def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
@@ -230,6 +242,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
 
     model_dir = os.path.abspath(cfg.model.path)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir)
+    problems = load_problem_set(cfg.data, tokenizer)   # before the weights: a bad problem set fails fast
     need_weights = cfg.algo.loss.kl_beta > 0 or not restoring
     overrides = {"remat": cfg.model.remat}
     if need_weights:
@@ -240,7 +253,6 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
             param_dtype=cfg.model.dtype, **overrides)
         params = None
     model_config = model_config.replace(dtype=cfg.model.compute_dtype or cfg.model.dtype)
-    problems = load_problem_set(cfg.data, tokenizer)
     total = config_lib.num_rl_steps(cfg, len(problems))
     tx, schedule = training.make_optimizer(
         cfg.optim.learning_rate, total_steps=total * cfg.algo.ppo_iterations,
@@ -249,7 +261,12 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         max_grad_norm=cfg.optim.max_grad_norm or None)
     abstract, shardings = training.abstract_train_state(model_config, tx, mesh)
     if restoring:
-        restored, meta = ckpt.restore(None, _to_ckpt(abstract))
+        try:
+            restored, meta = ckpt.restore(None, _to_ckpt(abstract))
+        except Exception as err:  # noqa: BLE001 - orbax's errors on a damaged step name nothing
+            raise ResumeError(f"cannot resume from the orbax checkpoint {ckpt_dir}/{ckpt.latest_step()} "
+                             f"(corrupt, or written by another config): {type(err).__name__}: "
+                             f"{' '.join(str(err).split())[:300]}") from err
         state, start = _from_ckpt(restored), int(meta["rl_step"])
         rng = ckpt_lib.decode_prng_key(meta["rng"])
         if meta["data_position"] != start * cfg.rollout.prompts:
@@ -336,6 +353,15 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
                              judge, ctx.settings, key, mesh=mesh)     # this host's share only
     everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
     metrics = rollout_lib.rollout_metrics(everyone, config_lib.train_ks(cfg))
+    ctx.masked_streak = ctx.masked_streak + 1 if metrics["samples/masked"] == metrics["samples/total"] else 0
+    if ctx.masked_streak > cfg.rollout.masked_steps_tolerated:
+        seen = ", ".join(f"{name[len('status/'):]} {int(v)}" for name, v in sorted(metrics.items())
+                         if name.startswith("status/") and v)
+        raise MaskedRolloutError(
+            f"RL step {step + 1}: all {int(metrics['samples/total'])} samples masked (statuses: {seen}) for "
+            f"{ctx.masked_streak} step(s) in a row: the judge {cfg.rollout.executor!r} gave no reward; check "
+            f"rollout.executor (or allow more with rollout.masked_steps_tolerated="
+            f"{cfg.rollout.masked_steps_tolerated})")
     judged = multihost.allgather_objects(judge.count)
     metrics.update({f"samples/judged_host{i}": float(c) for i, c in enumerate(judged)})
     metrics["samples/judged"] = float(sum(judged))

@@ -180,7 +180,8 @@ class RolloutConfig:
     max_new_tokens, temperature > 0, top_k, top_p); ``eos_ids`` stop ids (() = the tokenizer's
     and the model's eos); ``executor`` (embedded | embedded:N | http://host:port[,...] |
     sandboxfusion+http://...); ``sandbox_retries`` re-judgings of sandbox errors before masking;
-    prompts are left-padded to powers of two >= ``min_prompt_bucket``."""
+    ``masked_steps_tolerated`` RL steps in a row in which every sample may be masked (no reward:
+    an unreachable or broken judge) before the run stops with an error (0: at the first); prompts are left-padded to powers of two >= ``min_prompt_bucket``."""
 
     SECTION: ClassVar[str] = "rollout"
     prompts: int = 16
@@ -190,6 +191,7 @@ class RolloutConfig:
     eos_ids: tuple[int, ...] = ()
     executor: str = "embedded"
     sandbox_retries: int = 1
+    masked_steps_tolerated: int = 0
     min_prompt_bucket: int = MIN_PROMPT_BUCKET
 
     def __post_init__(self) -> None:
@@ -202,6 +204,7 @@ class RolloutConfig:
         if not isinstance(self.executor, str) or not self.executor:
             raise ValueError(f"rollout.executor={self.executor!r} must be a non-empty string")
         _check_int(self.sandbox_retries, "rollout.sandbox_retries", 0)
+        _check_int(self.masked_steps_tolerated, "rollout.masked_steps_tolerated", 0)
         _check_int(self.min_prompt_bucket, "rollout.min_prompt_bucket")
 
 

@@ -196,3 +196,13 @@ def test_cli_runs_at_tiny_size_and_writes_outputs(tmp_path):
         assert entry["at_kl"]["50.0"] == dict(seeds_reached=0, mean_reward=None, max_at_k=None)
     assert results["curves"]["maxk_offpolicy@2"]["samples_per_run"] == 4 * 6 // 2
     assert results["curves"]["rloo"]["scale"] == 0.25
+
+
+def test_cli_checks_its_output_directory_before_running(tmp_path):
+    (tmp_path / "file").write_text("")
+    proc = subprocess.run([sys.executable, "-m", "experiments.bandit", "--num_arms=8", "--steps=6", "--seeds=2",
+                           f"--out_dir={tmp_path / 'file' / 'out'}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [f"bandit: error: --out_dir '{tmp_path / 'file' / 'out'}' cannot be created: "
+                                        f"'{tmp_path / 'file'}' is not a directory"]

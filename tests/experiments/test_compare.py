@@ -46,4 +46,9 @@ def test_compare_two_runs(tmp_path):
 def test_compare_rejects_a_single_run(tmp_path):
     write_report(synthetic(0, 0.3), tmp_path / "base", name="base")
     res = _run(f"--runs={tmp_path / 'base'}", f"--out_dir={tmp_path / 'cmp'}")
-    assert res.returncode != 0 and "at least two result directories" in res.stderr
+    assert res.returncode == 2 and "at least two result directories" in res.stderr
+    assert len(res.stderr.splitlines()) == 1 and res.stdout == ""   # no help text
+    res = _run(f"--runs={tmp_path / 'base'},{tmp_path / 'absent'}", f"--out_dir={tmp_path / 'cmp'}")
+    assert res.returncode == 2 and res.stderr.splitlines() == [
+        f"compare: error: --runs entry '{tmp_path / 'absent'}' is not a finished evaluation directory (no summary.json)"]
+    assert not (tmp_path / "cmp").exists()

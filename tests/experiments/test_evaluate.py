@@ -49,7 +49,7 @@ def _args(d, out, *extra):
 def test_help_lists_every_flag():
     res = subprocess.run([sys.executable, "-m", "experiments.evaluate", "--help"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
-    assert res.returncode in (0, 1) and "--checkpoint" in res.stdout, res.stderr   # absl exits 1 after --help
+    assert res.returncode == 0 and "--checkpoint" in res.stdout, res.stderr
     for flag in ("checkpoint", "step", "model_dir", "dataset", "problems", "out_dir", "n", "ks", "batch_size",
                  "max_new_tokens", "temperature", "top_p", "top_k", "seed", "executor", "sandbox_retries",
                  "fail_on_excluded", "keep_completions", "overwrite", "mesh"):
@@ -58,19 +58,32 @@ def test_help_lists_every_flag():
 
 @pytest.mark.parametrize("bad, message", [("--temperature=-1", "--temperature must be a finite float >= 0"),
                                           ("--top_p=2", "--top_p must lie in (0, 1]"),
-                                          ("--ks=1,9", "--ks: every k must be an int in [1, n=4]")])
+                                          ("--ks=1,9", "--ks: every k must be an int in [1, n=4]"),
+                                          ("--executor=http://127.0.0.1:1", "executor 'http://127.0.0.1:1' is "
+                                                                            "unreachable"),
+                                          ("--problems={d}/absent.jsonl", "--problems file '{d}/absent.jsonl' "
+                                                                          "does not exist"),
+                                          ("--checkpoint={d}/absent", "--checkpoint '{d}/absent' does not exist"),
+                                          ("--checkpoint={d}", "--checkpoint '{d}' is neither a Hugging Face"),
+                                          ("--out_dir={d}/problems.jsonl/out", "--out_dir '{d}/problems.jsonl/out' "
+                                                                               "cannot be created"),
+                                          ("--max_new_tokens=500", "--max_new_tokens=500 does not fit: problem "
+                                                                   "'fx/0' has a ")])
 def test_bad_flags_fail_before_writing_anything(fixture_dir, tmp_path, bad, message):
-    """A rejected flag leaves no run_config.json, so the corrected re-run in the same --out_dir is
-    not refused as 'different settings'."""
-    res = _run(*_args(fixture_dir, tmp_path / "out", bad))
-    assert res.returncode != 0 and message in res.stderr, res.stderr[-2000:]
-    assert not (tmp_path / "out" / "run_config.json").exists()
+    """A rejected flag, file or judge is one line on stderr (exit status 2) and leaves no files,
+    so the corrected re-run in the same --out_dir is not refused as 'different settings'."""
+    res = _run(*_args(fixture_dir, tmp_path / "out", bad.format(d=fixture_dir)))
+    assert res.returncode == 2 and message.format(d=fixture_dir) in res.stderr, res.stderr[-2000:]
+    assert len(res.stderr.splitlines()) == 1, res.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")
 def full_run(fixture_dir, tmp_path_factory):
     """One uninterrupted CLI run: (result dir, JAX compilation cache dir)."""
     d = tmp_path_factory.mktemp("full")
+    (d / "a").mkdir()   # left by a run that was rejected after writing its settings: not a conflict
+    (d / "a" / "run_config.json").write_text(json.dumps({"seed": 99, "n": 1}))
     res = _run(*_args(fixture_dir, d / "a"), cache_dir=d / "jax_cache")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "| Method | pass@1 | pass@2 | pass@4 |" in res.stdout
@@ -111,10 +124,109 @@ def test_cli_resume_after_interruption_gives_identical_files(fixture_dir, full_r
         (b / name).unlink()
     res = _run(*_args(fixture_dir, b), cache_dir=cache)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "1 of 3 problems already done" in res.stderr
+    assert "1 of 3 problems already done" in res.stdout
     for name in OUTPUTS:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     torn = (b / "per_problem.jsonl").read_bytes()
     res = _run(*_args(fixture_dir, b, "--seed=1"), cache_dir=cache)   # changed settings are refused
-    assert res.returncode != 0 and "different settings" in res.stderr and "'seed': (0, 1)" in res.stderr
+    assert res.returncode == 2 and "different settings" in res.stderr and "'seed': (0, 1)" in res.stderr
     assert (b / "per_problem.jsonl").read_bytes() == torn
+
+
+@pytest.mark.slow
+def test_evaluates_the_pipelines_own_checkpoint_as_the_pipeline_does(tmp_path):
+    """The toy pipeline's trained checkpoint, evaluated with default prompt flags (read from the
+    checkpoint's run config: the "statement" format), gives the completions the pipeline's own
+    evaluation samples (same keys) and its per-problem results; --prompt_format=full (the
+    evaluator's old fixed format) does not fit the tiny model's context and is refused in one line."""
+    import glob
+
+    import jax
+
+    from maxk_jax.data import load_problems
+    from maxk_jax.eval.run import problem_sample_keys
+    from maxk_jax.models.tokenizer import load_tokenizer
+    from maxk_jax.pipelines.config import toy_config
+    from maxk_jax.pipelines.evaluation import eval_settings, load_trained
+    from maxk_jax.rl.rollout import PromptCompletionSource
+
+    runs = tmp_path / "runs"
+    res = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:toy",
+                          f"--runs_dir={runs}", "--name=toy", "--noprogress"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
+    assert res.returncode == 0, res.stderr[-3000:]
+    cfg = toy_config()
+    ev = cfg.eval
+    (test_file,) = glob.glob(str(runs / "_cache" / "data-*" / "test.jsonl"))
+    (model_dir,) = glob.glob(str(runs / "_cache" / "base-*"))
+    common = (f"--checkpoint={runs / 'toy' / 'rl' / 'checkpoints'}", f"--problems={test_file}",
+              f"--limit={ev.num_problems}", f"--n={ev.sampler.n}", f"--max_new_tokens={ev.sampler.max_new_tokens}",
+              f"--temperature={ev.sampler.temperature}", f"--seed={ev.seed}", "--noprogress", "--keep_completions")
+    res = _run(*common, f"--out_dir={tmp_path / 'auto'}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    auto, _ = read_report(tmp_path / "auto")
+    res = _run(*common, "--prompt_format=full", f"--out_dir={tmp_path / 'full'}")   # not what the model learnt:
+    assert res.returncode == 2 and "-token prompt in the 'full' format (--prompt_format), no shorter than the " \
+        "model's context of 256 tokens" in res.stderr and len(res.stderr.splitlines()) == 1, res.stderr[-3000:]
+    assert not (tmp_path / "full").exists()   # rejected before anything is written
+
+    model = load_trained(str(runs / "toy" / "rl"), model_dir)
+    tokenizer = load_tokenizer(model.tokenizer_dir)
+    source = PromptCompletionSource(model.config, model.params, tokenizer, eval_settings(cfg, model.config, tokenizer))
+    problems = load_problems(test_file)[:ev.num_problems]
+    key = jax.random.key(ev.seed)
+    keys = jax.numpy.stack([problem_sample_keys(key, i, ev.sampler.n) for i in range(len(problems))])
+    pipeline = [c.texts for c in source(problems, keys, 0)]
+    assert [tuple(r.completions) for r in auto.problems] == pipeline
+    trained = [json.loads(line) for line in (runs / "toy" / "trained" / "per_problem.jsonl").read_text().splitlines()]
+    assert [list(r.rewards) for r in auto.problems] == [t["rewards"] for t in trained]
+    assert [list(r.lengths) for r in auto.problems] == [t["completion_lengths"] for t in trained]
+    config = json.loads((tmp_path / "auto" / "run_config.json").read_text())
+    assert config["render_kwargs"]["prompt_format"] == "statement"
+
+
+@pytest.mark.slow
+def test_a_judge_that_answers_health_but_judges_nothing_is_one_line(fixture_dir, tmp_path):
+    """The judge passes the health check, then fails every submission: no report (no plot crash),
+    one line naming the judge and the statuses, exit status 2."""
+    import http.server
+    import threading
+
+    class Broken(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Broken)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        res = _run(*_args(fixture_dir, tmp_path / "out", f"--executor={url}", "--sandbox_retries=0", "--n=2",
+                          "--batch_size=6"))
+    finally:
+        server.shutdown()
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr[-3000:]
+    assert (f"every one of the 6 samples was excluded (statuses: {{'sandbox_error': 6}}): the judge {url!r} gave no "
+            "verdict") in res.stderr
+    assert not (tmp_path / "out" / "summary.json").exists() and not (tmp_path / "out" / "curves.png").exists()
+
+
+def test_corrupt_orbax_checkpoint_is_named_in_one_line(fixture_dir, tmp_path):
+    step = tmp_path / "ckpt" / "3"
+    (step / "state").mkdir(parents=True)
+    (step / "metadata").mkdir()
+    (step / "state" / "_METADATA").write_bytes(b"\x00garbage")
+    (step / "metadata" / "metadata").write_text(json.dumps({"model_dir": str(fixture_dir / "model")}))
+    res = _run(*_args(fixture_dir, tmp_path / "out", f"--checkpoint={tmp_path / 'ckpt'}"))
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr[-2000:]
+    assert f"corrupt orbax checkpoint state metadata '{step}/state/_METADATA' is not valid JSON" in res.stderr
+    assert not (tmp_path / "out").exists()

@@ -31,3 +31,11 @@ def test_prepare_mbpp_cache_report_and_plot(tmp_path):
     report = json.loads((tmp_path / "cache" / "mbpp.jsonl.gz.report.json").read_text())
     assert report["skipped"] == {"unconvertible_assert": 1} and report["n_rows"] == 2
     assert (tmp_path / "mbpp.png").stat().st_size > 0
+
+
+def test_unwritable_output_fails_in_one_line_before_loading(tmp_path):
+    (tmp_path / "file").write_text("")
+    res = _run("--dataset=mbpp", f"--path={tmp_path / 'absent.jsonl'}", f"--out={tmp_path / 'file' / 'x.jsonl'}")
+    assert res.returncode == 2 and res.stderr.splitlines() == [
+        f"prepare_data: error: directory of --out '{tmp_path / 'file'}' cannot be created: '{tmp_path / 'file'}' "
+        "is not a directory"], res.stderr

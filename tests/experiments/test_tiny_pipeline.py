@@ -19,7 +19,7 @@ def test_help_lists_every_flag():
     out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--helpshort"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert out.returncode in (0, 1), out.stderr  # absl exits 1 after printing the help
+    assert out.returncode == 0, out.stderr
     for name in ("config", "name", "runs_dir", "estimator", "k", "model_path", "dataset", "dataset_path",
                  "overwrite", "progress"):
         match = re.search(rf"--(\[no\])?{name}: (.+)", out.stdout)
@@ -29,7 +29,7 @@ def test_help_lists_every_flag():
 def test_unknown_config_field_names_it_and_the_valid_ones():
     out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config.rl.algo.kk=3"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
     assert "--config.rl.algo.kk: config.rl.algo has no field 'kk'; valid fields: " in out.stderr
     assert "(did you mean 'k'?)" in out.stderr
 
@@ -52,3 +52,20 @@ def test_real_checkpoint_and_mbpp_route_from_the_command_line(tmp_path, mbpp_rou
     run = tmp_path / "runs" / "cli_mbpp"
     assert f"Report: {run / 'report.md'}" in out.stdout
     check_mbpp_run(run, ckpt, toy.eval.n)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model_path={d}/absent"], "model directory '{d}/absent' does not exist"),
+    (["--runs_dir={d}/file/runs"], "runs directory (--runs_dir) '{d}/file/runs' cannot be created"),
+    (["--name=exists"], "run directory '{d}/exists' exists; pass --overwrite or another --name"),
+    (["--config.executor=http://127.0.0.1:1"], "executor 'http://127.0.0.1:1' is unreachable"),
+])
+def test_bad_inputs_fail_in_one_line_before_any_phase(tmp_path, args, message):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "exists").mkdir()
+    out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:toy",
+                          f"--runs_dir={tmp_path}", *(a.format(d=tmp_path) for a in args)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
+    assert out.stderr.startswith(f"tiny_pipeline: error: {message.format(d=tmp_path)}"), out.stderr
+    assert sorted(os.listdir(tmp_path)) == ["exists", "file"] and out.stdout == ""

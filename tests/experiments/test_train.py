@@ -1,11 +1,16 @@
 """experiments/train.py: --help lists every flag with help text; --validate_only accepts good
-configs and rejects bad ones (clear error, nothing loaded or compiled); config overrides."""
+configs and rejects bad ones (clear error, nothing loaded or compiled); config overrides; every
+bad input (problem files, model directory, weights, checkpoints, output directory, judge) is one
+line on stderr with exit status 2 before a model is loaded, and nothing is written."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
+
+from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLAGS = ("config", "resume", "progress", "validate_only")
@@ -18,8 +23,8 @@ def train(*args, timeout=240):
 
 
 def test_help_lists_every_flag_with_help_text():
-    out = train("--help")   # absl prints the help and exits with status 1
-    assert "Traceback" not in out.stderr, out.stderr
+    out = train("--help")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     for name in FLAGS:
         assert f"--{name}" in out.stdout or f"--[no]{name}" in out.stdout, name
     from absl import flags
@@ -46,7 +51,7 @@ def test_validate_only_good_config_with_overrides():
     assert json.loads(out.stdout)["loss_kind"] == "is_weighted"       # the §3.3 derivation's form
     out = train("--config=experiments/configs/base.py:nope", "--config.model.path=/m",
                 "--config.output_dir=/o", "--validate_only")
-    assert out.returncode != 0 and "unknown method 'nope'" in out.stderr
+    assert out.returncode == 2 and "unknown method 'nope'" in out.stderr and len(out.stderr.splitlines()) == 1
 
 
 def test_validate_only_typed_overrides():
@@ -73,9 +78,9 @@ def test_validate_only_typed_overrides():
 def test_bad_configs_are_rejected_with_a_clear_error(args, message):
     out = train("--config=experiments/configs/base.py", "--config.model.path=/m",
                 "--config.output_dir=/o", *args)
-    assert out.returncode != 0
-    assert message in out.stderr, out.stderr[-2000:]
-    assert "Traceback" in out.stderr and "ValueError" in out.stderr
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [f"train: error: {message}"] or (
+        len(out.stderr.splitlines()) == 1 and message in out.stderr), out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -87,5 +92,88 @@ def test_unknown_config_field_names_it_and_the_valid_ones(args, message):
     """Without --config the default config is parsed (with the overrides) when the flag is
     defined, at import; with it, while absl parses the flags: both get the same clear message."""
     out = train(*args, "--validate_only")
-    assert out.returncode == 1 and message in out.stderr, out.stderr[-2000:]
-    assert "Traceback" not in out.stderr
+    assert out.returncode == 2 and message in out.stderr, out.stderr[-2000:]
+    assert len(out.stderr.splitlines()) == 1
+
+
+# ------------------------------------------------------------------ checks before work -------
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, tiny_ckpt):
+    """A problem file, an empty one, a malformed one, an empty model dir, a model dir with a
+    truncated safetensors file, and the tiny checkpoint."""
+    d = tmp_path_factory.mktemp("train_inputs")
+    save_problems([Problem(id=f"p/{i}", source="fixture", prompt=f"Print {i}.",
+                           tests=StdioTests((StdioCase("", f"{i}\n"),))) for i in range(4)], d / "good.jsonl")
+    (d / "empty.jsonl").write_text("")
+    (d / "bad.jsonl").write_text('{"id": "x"}\n')
+    (d / "empty_model").mkdir()
+    shutil.copytree(tiny_ckpt, d / "corrupt_model")
+    weights = d / "corrupt_model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    return d
+
+
+def _tiny_run(inputs, tiny_ckpt, out, *extra):
+    return ("--config=experiments/configs/tiny_synthetic.py", f"--config.model.path={tiny_ckpt}",
+            "--config.data.dataset=", f"--config.data.problems={inputs / 'good.jsonl'}", f"--config.output_dir={out}",
+            "--config.rollout.prompts=2", "--config.rollout.n=4", "--config.algo.k=2", "--config.mesh.data=-1",
+            "--config.log.tensorboard=false", "--config.max_steps=1", *extra)
+
+
+@pytest.mark.parametrize("change, message", [
+    ("--config.data.problems={d}/absent.jsonl", "problems file (data.problems) '{d}/absent.jsonl' does not exist"),
+    ("--config.data.problems={d}/empty.jsonl", "problems file (data.problems) '{d}/empty.jsonl' is empty"),
+    ("--config.data.problems={d}/bad.jsonl", "problems file (data.problems) '{d}/bad.jsonl' is not a Problem JSONL"),
+    ("--config.model.path={d}/absent_model", "model directory '{d}/absent_model' does not exist"),
+    ("--config.model.path={d}/empty_model", "model directory '{d}/empty_model' is empty"),
+    ("--config.model.path={d}/corrupt_model", "corrupt safetensors file '{d}/corrupt_model/model.safetensors'"),
+    ("--config.rollout.executor=http://127.0.0.1:1", "executor 'http://127.0.0.1:1' is unreachable"),
+    ("--config.rollout.executor=htp://judge", "unknown executor spec 'htp://judge'"),
+    ("--config.output_dir={d}/good.jsonl/run", "output directory (output_dir) '{d}/good.jsonl/run' cannot be created"),
+])
+def test_bad_inputs_fail_in_one_line_before_loading(inputs, tiny_ckpt, tmp_path, change, message):
+    out_dir = tmp_path / "run"
+    out = train(*_tiny_run(inputs, tiny_ckpt, out_dir), change.format(d=inputs), timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert len(out.stderr.splitlines()) == 1 and message.format(d=inputs) in out.stderr, out.stderr[-2000:]
+    assert not out_dir.exists()   # nothing written: no config.json, no checkpoints/
+
+
+def test_existing_and_corrupt_checkpoints(inputs, tiny_ckpt, tmp_path):
+    out_dir = tmp_path / "run"
+    step = out_dir / "checkpoints" / "3"
+    (step / "state").mkdir(parents=True)
+    (step / "metadata").mkdir()
+    (step / "state" / "_METADATA").write_bytes(b"\x00garbage")
+    (step / "metadata" / "metadata").write_text("{}")
+    out = train(*_tiny_run(inputs, tiny_ckpt, out_dir), timeout=120)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
+    assert "already holds checkpoints (latest step 3); pass --resume" in out.stderr
+    out = train(*_tiny_run(inputs, tiny_ckpt, out_dir), "--resume", timeout=120)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
+    assert f"corrupt orbax checkpoint state metadata '{step}/state/_METADATA' is not valid JSON" in out.stderr
+    assert sorted(os.listdir(out_dir)) == ["checkpoints"]
+
+
+@pytest.mark.slow
+def test_one_step_console_is_quiet(inputs, tiny_ckpt, tmp_path):
+    """A real (one-step) run: the console holds the start line, the metrics table and the path of
+    the full metrics; no library INFO (orbax, jax platform probing) and no JSON record. --resume on
+    its checkpoint with damaged array data: one line naming the checkpoint."""
+    out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--noprogress", "--config.rollout.max_new_tokens=8",
+                timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr == "", out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("training 'tiny_synthetic' -> ") and lines[-1].endswith("metrics.jsonl")
+    assert "| reward/mean |" in out.stdout and len(lines) < 20 and "{" not in out.stdout
+    for root, _, files in os.walk(tmp_path / "run" / "checkpoints" / "1" / "state" / "ocdbt.process_0"):
+        for name in files:   # damage the array data (the metadata stays intact)
+            path = os.path.join(root, name)
+            with open(path, "r+b") as f:
+                f.truncate(min(100, os.path.getsize(path)))
+    out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--noprogress", "--config.rollout.max_new_tokens=8",
+                "--config.max_steps=2", "--resume", timeout=600)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-3000:]
+    assert f"cannot resume from the orbax checkpoint {tmp_path / 'run' / 'checkpoints' / '1'} (corrupt" in out.stderr

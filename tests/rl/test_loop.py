@@ -320,3 +320,37 @@ def test_load_problem_set_passes_the_typed_loader_options(tmp_path, monkeypatch)
     assert [p.id for p in rl_loop.load_problem_set(spec, tokenizer=None)][:1] == ["mbpp/601"]
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['bogus'\] for dataset 'mbpp'"):
         rl_loop.load_problem_set(replace_fields(spec, {"options": (("bogus", 1),)}), tokenizer=None)
+
+
+class _DownJudge:
+    """An executor whose every result is an infrastructure failure (an unreachable judge)."""
+
+    def __init__(self, fail_calls: int | None = None) -> None:
+        self.calls, self.fail_calls = 0, fail_calls
+
+    def judge(self, submissions):
+        self.calls += 1
+        down = self.fail_calls is None or self.calls <= self.fail_calls
+        return [{"id": s["id"], "status": "sandbox_error" if down else "ok", "reward": None if down else 0.0,
+                 "passed": 0, "total": 1, "tests": []} for s in submissions]
+
+    def close(self):
+        pass
+
+
+def test_fully_masked_steps_stop_the_run(tiny_ckpt, problems_file, tmp_path):
+    """Every sample masked for a whole step is an error naming the executor and the statuses
+    (default: the first such step); ``rollout.masked_steps_tolerated`` allows that many in a row."""
+    cfg = small_config(tiny_ckpt, problems_file, tmp_path / "a", max_steps=2, **{"rollout.sandbox_retries": 0})
+    with pytest.raises(rl_loop.MaskedRolloutError,
+                       match=r"RL step 1: all 8 samples masked \(statuses: sandbox_error 8\) for 1 step\(s\) in a row: "
+                             r"the judge 'embedded:2' gave no reward"):
+        rl_loop.run(cfg, executor=_DownJudge(), progress=False)
+
+
+@pytest.mark.slow
+def test_masked_steps_tolerated(tiny_ckpt, problems_file, tmp_path):
+    cfg = small_config(tiny_ckpt, problems_file, tmp_path / "b", max_steps=2,
+                       **{"rollout.sandbox_retries": 0, "rollout.masked_steps_tolerated": 1})
+    record = rl_loop.run(cfg, executor=_DownJudge(fail_calls=1), progress=False)   # step 1 masked, step 2 judged
+    assert record["step"] == 2 and record["samples/masked"] == 0
