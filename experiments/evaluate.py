@@ -51,7 +51,8 @@ flags.DEFINE_integer("step", None, "Orbax checkpoint step to evaluate (default: 
 flags.DEFINE_string("model_dir", None, "Hugging Face directory with the model's config.json and tokenizer, for orbax "
                     "checkpoints (default: the checkpoint metadata's 'model_dir').")
 flags.DEFINE_string("tokenizer", None, "Tokenizer directory (default: the HF directory of the model).")
-flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Parameter / compute dtype for sampling.")
+flags.DEFINE_enum("dtype", "auto", ["auto", "float32", "bfloat16"], "Parameter / compute dtype for sampling: "
+                  "auto = bfloat16 on accelerators (GPU/TPU), float32 on CPU.")
 flags.DEFINE_string("dataset", None, "Dataset name for maxk_jax.data.load_dataset: code_contests, livecodebench, "
                     "livebench, codeforces, mbpp, humaneval (or an alias). Exclusive with --problems.")
 flags.DEFINE_string("path", None, "Dataset path: hub name or local file/directory (default: the loader's default).")
@@ -63,8 +64,9 @@ flags.DEFINE_string("out_dir", None, "Output directory for the results (created 
 flags.DEFINE_string("run_name", None, "Name of this run in tables and plots (default: the out_dir name).")
 flags.DEFINE_integer("n", 256, "Completions sampled per problem (the paper uses 256).")
 flags.DEFINE_list("ks", [], "k values of the tables (default: 1, 2, 4, ..., n).")
-flags.DEFINE_integer("batch_size", 64, "Maximum completions per sampler call (problems x samples); bounds memory. "
-                     "Does not change which completions are drawn.")
+flags.DEFINE_integer("batch_size", 64, "Maximum completions per sampler call on each host (problems x samples); "
+                     "bounds memory. Does not change which completions are drawn. Multi-host: when n exceeds it, "
+                     "each problem's n samples are split evenly across the hosts.")
 flags.DEFINE_integer("max_new_tokens", 256, "Generated tokens per completion (the paper uses 256).")
 flags.DEFINE_float("temperature", 1.0, "Sampling temperature (0 = greedy).")
 flags.DEFINE_float("top_p", 1.0, "Nucleus sampling threshold (1 = disabled).")
@@ -89,8 +91,9 @@ flags.DEFINE_integer("sandbox_retries", 2, "Re-judge a sample with status sandbo
                      "samples still failing are excluded (null reward, n reduced, reported).")
 flags.DEFINE_bool("fail_on_excluded", False, "Stop with an error instead of excluding unjudgeable samples.")
 flags.DEFINE_bool("keep_completions", False, "Also store the completion texts in per_problem.jsonl.")
-flags.DEFINE_string("mesh", "", "Shard sampling over devices: 'data,fsdp,tensor' sizes (e.g. '-1,1,1'); "
-                    "empty = single device (multi-host: '-1,1,1', all devices of all hosts).")
+flags.DEFINE_string("mesh", "", "Shard sampling over devices: 'data,fsdp,tensor' sizes over all devices (e.g. "
+                    "'-1,1,2': tensor-parallel pairs); empty = '-1,1,1', every device (of every host) on the "
+                    "data axis.")
 flags.DEFINE_bool("distributed", False, "Multi-host: call jax.distributed.initialize first (one process per host; "
                   "problems are split across hosts, process 0 writes the files). Without --coordinator_address "
                   "the cluster is auto-detected (Cloud TPU / SLURM / k8s).")
@@ -128,6 +131,16 @@ def _problems() -> tuple[list, dict]:
     if not problems:
         raise ValueError(f"no problems to evaluate from {spec}")
     return problems, spec
+
+
+def resolve_dtype(flag: str, backend: str) -> str:
+    """--dtype -> "float32" | "bfloat16": "auto" is bfloat16 on an accelerator backend ("gpu",
+    "tpu", ...) and float32 on "cpu"; explicit values are kept."""
+    if flag == "auto":
+        return "float32" if backend == "cpu" else "bfloat16"
+    if flag not in ("float32", "bfloat16"):
+        raise ValueError(f"--dtype={flag!r} is not one of ('auto', 'float32', 'bfloat16')")
+    return flag
 
 
 def _int_list(values: list[str], name: str) -> list[int]:
@@ -266,10 +279,10 @@ def main(argv: list[str]) -> None:
     with cli.user_errors():   # problems, model and tokenizer: a bad file is named in one line
         problems, dataset = _problems()
         ks = check_ks(_int_list(FLAGS.ks, "ks"), FLAGS.n) if FLAGS.ks else default_ks(FLAGS.n)
-        mesh_flag = FLAGS.mesh or ("-1,1,1" if jax.process_count() > 1 else "")
-        mesh = sharding.make_mesh(*_int_list(mesh_flag.split(","), "mesh")) if mesh_flag else None
+        mesh = sharding.make_mesh(*_int_list((FLAGS.mesh or "-1,1,1").split(","), "mesh"))
+        dtype = resolve_dtype(FLAGS.dtype, jax.default_backend())
         model = load_model(FLAGS.checkpoint, step=FLAGS.step, model_dir=FLAGS.model_dir, tokenizer_dir=FLAGS.tokenizer,
-                           dtype=jnp.bfloat16 if FLAGS.dtype == "bfloat16" else jnp.float32, mesh=mesh)
+                           dtype=getattr(jnp, dtype), mesh=mesh)
         tokenizer = load_tokenizer(model.tokenizer_dir)
         render_kwargs = _prompt_settings(run_config)
         _check_context(problems, tokenizer, model.config, render_kwargs)
@@ -286,7 +299,7 @@ def main(argv: list[str]) -> None:
             eos_ids=tuple(eos), pad_id=int(pad), prompt_format="statement")
         source = PromptCompletionSource(model.config, params, tokenizer, settings, mesh)
     else:
-        generate_kwargs = {} if mesh is None else {"mesh": mesh}
+        generate_kwargs = {"mesh": mesh}
         source = ModelCompletionSource(model.config, params, tokenizer, max_new_tokens=FLAGS.max_new_tokens,
                                        temperature=FLAGS.temperature, top_p=FLAGS.top_p, top_k=FLAGS.top_k,
                                        eos_id=eos, render_kwargs={k: v for k, v in render_kwargs.items()
@@ -300,7 +313,7 @@ def main(argv: list[str]) -> None:
               "n": FLAGS.n, "ks": list(ks), "seed": FLAGS.seed, "max_new_tokens": FLAGS.max_new_tokens,
               "temperature": FLAGS.temperature, "top_p": FLAGS.top_p, "top_k": FLAGS.top_k,
               "eos_id": eos,
-              "render_kwargs": render_kwargs, "keep_completions": FLAGS.keep_completions, "dtype": FLAGS.dtype,
+              "render_kwargs": render_kwargs, "keep_completions": FLAGS.keep_completions, "dtype": dtype,
               "batch_size": FLAGS.batch_size, "executor": FLAGS.executor, "sandbox_retries": FLAGS.sandbox_retries,
               "fail_on_excluded": FLAGS.fail_on_excluded}
     jsonl = os.path.join(out_dir, eval_report.PER_PROBLEM)

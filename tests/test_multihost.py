@@ -178,13 +178,15 @@ def eval_cluster_flags(port: int, i: int) -> list[str]:
 
 
 @pytest.mark.slow   # 35-57 s at load ~10 (the train test above already takes 145-210 s there)
+@pytest.mark.parametrize("n, batch_size", [(2, 4), (5, 2)])
 def test_evaluate_on_two_processes_writes_the_files_of_one_process(tiny_ckpt, problems_file, tmp_path,
-                                                                   compile_cache):
-    # 5 problems, 2 per sampler call: groups (0, 1), (2, 3), (4); the second host has no problem
-    # in the last group and still takes part in its sampler call.
+                                                                   compile_cache, n, batch_size):
+    # n=2, batch 4 per host: groups (0..3), (4); the second host has no problem in the last group
+    # and still takes part in its sampler call.  n=5 > batch 2: every problem's samples are split
+    # across the hosts (3 + 2: a call of 2 samples each, then one where only host 0 has rows).
     def args(out):
         return [f"--checkpoint={tiny_ckpt}", f"--problems={problems_file}", "--limit=5", f"--out_dir={out}",
-                "--run_name=tiny", "--n=2", "--batch_size=4", "--max_new_tokens=8", "--seed=0",
+                "--run_name=tiny", f"--n={n}", f"--batch_size={batch_size}", "--max_new_tokens=8", "--seed=0",
                 "--executor=embedded:1", "--progress=false", "--mesh=-1,1,1"]
 
     one, two = tmp_path / "one", tmp_path / "two"
@@ -239,10 +241,65 @@ def test_evaluation_splits_every_group_across_hosts_and_calls_the_source_on_ever
     whole, whole_calls, whole_judged = run((0, 1))
     first, first_calls, first_judged = run((0, 2))
     second, second_calls, second_judged = run((1, 2))
-    assert sorted(first) == [0, 2, 4] and sorted(second) == [1, 3]   # groups (0,1), (2,3), (4)
+    # batch_size 4 per host: groups (0,1,2,3), (4) on two hosts; (0,1), (2,3), (4) on one
+    assert sorted(first) == [0, 1, 4] and sorted(second) == [2, 3]
     assert {**first, **second} == whole
-    assert len(first_calls) == len(second_calls) == len(whole_calls) == 3   # lock-step sampler calls
+    assert len(first_calls) == len(second_calls) == 2 and len(whole_calls) == 3   # lock-step calls
     assert second_calls[-1] == []                                          # its empty share of (4,)
     assert (first_judged, second_judged, whole_judged) == (6, 4, 10)        # each judges its own
     with pytest.raises(ValueError, match="host must be"):
         run((2, 2))
+
+
+def test_samples_of_a_problem_are_split_across_hosts_when_n_exceeds_the_batch(monkeypatch):
+    """n = 5 > batch_size = 2 on two simulated hosts (threads; allgather through a barrier):
+    host 0 owns samples 0-2 of each problem and host 1 samples 3-4: one lock-step call of 2
+    samples each, then one of 1 sample where only host 0 has rows; the completions are gathered, problem i is judged by host i % 2,
+    and both hosts return the one-host result."""
+    import threading
+
+    from maxk_jax import multihost
+    from maxk_jax.eval.run import StaticCompletionSource, run_evaluation
+
+    problems = [echo_problem(i) for i in range(3)]
+    texts = {p.id: [f"```python\nprint({j})\n```" if j % 2 else "```python\nprint(input())\n```"
+                    for j in range(5)] for i, p in enumerate(problems)}
+    barrier, slots, host = threading.Barrier(2, timeout=60), [None, None], threading.local()
+
+    def allgather(obj):
+        slots[host.index] = obj
+        barrier.wait()
+        out = list(slots)
+        barrier.wait()
+        return out
+
+    monkeypatch.setattr(multihost, "allgather_objects", allgather)
+    monkeypatch.setattr(multihost, "broadcast_object", lambda obj: obj)
+
+    def run(index, count, out):
+        host.index = index
+        calls, static = [], StaticCompletionSource(texts)
+
+        def source(batch, keys, first):
+            calls.append(([p.id for p in batch], first, int(keys.shape[1])))
+            return static(batch, keys, first)
+
+        judge = JudgeCounter(_FakeJudge())
+        result = run_evaluation(problems, source, executor=judge, n=5, key=jax.random.key(0), batch_size=2,
+                                progress=False, host=(index, count))
+        out[index] = ({r.index: r.to_json() for r in result.problems}, calls, judge.count)
+
+    whole = {}
+    run(0, 1, whole)
+    split = {}
+    threads = [threading.Thread(target=run, args=(h, 2, split)) for h in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(split) == [0, 1], "a simulated host failed"
+    assert split[0][0] == split[1][0] == whole[0][0]
+    ids = [p.id for p in problems]
+    assert split[0][1] == [x for i in ids for x in (([i], 0, 2), ([i], 2, 1))]
+    assert split[1][1] == [x for i in ids for x in (([i], 3, 2), ([], 5, 1))]
+    assert (split[0][2], split[1][2], whole[0][2]) == (10, 5, 15)   # problems 0, 2 / problem 1

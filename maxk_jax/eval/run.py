@@ -21,7 +21,7 @@ Sampling keys: sample j of problem i (its position in the problem list) is drawn
 sampler as a per-sample key array. A sample therefore depends only on (key, i, j), not on the
 batch it was sampled in or on which problems an interrupted run had already finished, and a
 resumed run reproduces an uninterrupted one. Problems are sampled in fixed groups
-(`plan_groups`) of at most `batch_size` completions per sampler call (memory bound); a group
+(`plan_groups`) of at most `batch_size` completions per sampler call on each host (memory bound); a group
 with some problems already done is re-sampled whole, so even floating-point effects of the
 batch composition are reproduced.
 
@@ -91,16 +91,64 @@ class Group:
     chunks: tuple[int, ...]
 
 
-def plan_groups(num_problems: int, n: int, batch_size: int) -> list[Group]:
-    """Fixed sampling groups: ``batch_size // n`` problems per call when n <= batch_size, else one
-    problem per group with its n samples split into chunks of at most `batch_size` rows."""
+def plan_groups(num_problems: int, n: int, batch_size: int, hosts: int = 1) -> list[Group]:
+    """Fixed sampling groups: ``hosts x (batch_size // n)`` problems per group when n <= batch_size
+    (each host samples ``batch_size // n`` of them per call), else one problem per group with its
+    n samples in chunks of at most `batch_size` rows (split across the hosts by `host_calls`).
+    `batch_size` bounds the completions of one sampler call on one host."""
     _positive_int(num_problems, "num_problems")
     n, batch_size = _positive_int(n, "n"), _positive_int(batch_size, "batch_size")
+    hosts = _positive_int(hosts, "hosts")
     if n <= batch_size:
-        per = batch_size // n
+        per = (batch_size // n) * hosts
         return [Group(tuple(range(s, min(s + per, num_problems))), (n,)) for s in range(0, num_problems, per)]
     chunks = (batch_size,) * (n // batch_size) + ((n % batch_size,) if n % batch_size else ())
     return [Group((i,), chunks) for i in range(num_problems)]
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCall:
+    """One sampler call of one host: samples ``first .. first + size - 1`` of each problem in
+    `indices` (empty: the host takes part in the call with no rows of its own)."""
+
+    indices: tuple[int, ...]
+    first: int
+    size: int
+
+
+def host_calls(group: Group, n: int, index: int, count: int) -> list[HostCall]:
+    """Host `index` of `count`'s sampler calls for `group` (a `plan_groups` group); every host
+    gets the same number of calls with the same sizes (multi-host sampler calls are collectives
+    over equal per-host shapes).
+
+    * one call for all n samples (``group.chunks == (n,)``): the group's PROBLEMS are split into
+      `count` contiguous parts (``multihost.split_evenly``), each host sampling all n of its own;
+    * a problem whose n samples take several chunks: its SAMPLES are split, host h owning the
+      contiguous part ``split_evenly(range(n), h, count)``: ``n // count`` samples in chunks of
+      at most ``max(group.chunks)`` rows, then, when count does not divide n, one call of one
+      sample in which hosts h < n % count sample their last sample and the others have no rows.
+    With ``count == 1`` these are the group's own chunks."""
+    n = _positive_int(n, "n")
+    if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
+        raise ValueError(f"host must be (index, count) with 0 <= index < count, got {(index, count)!r}")
+    if sum(group.chunks) != n:
+        raise ValueError(f"group chunks {group.chunks} do not add up to n={n}")
+    if count == 1:
+        starts = np.cumsum((0,) + group.chunks[:-1])
+        return [HostCall(group.indices, int(s), c) for s, c in zip(starts, group.chunks)]
+    if group.chunks == (n,):
+        from maxk_jax.multihost import split_evenly
+
+        return [HostCall(tuple(split_evenly(group.indices, index, count)), 0, n)]
+    if len(group.indices) != 1:
+        raise ValueError(f"a group sampled in chunks {group.chunks} must hold one problem, got {group.indices}")
+    base, extra = divmod(n, count)
+    first = index * base + min(index, extra)
+    per = max(group.chunks)
+    calls = [HostCall(group.indices, first + s, min(per, base - s)) for s in range(0, base, per)]
+    if extra:
+        calls.append(HostCall(group.indices if index < extra else (), first + base, 1))
+    return calls
 
 
 def problem_sample_keys(key: jax.Array, index: int, n: int) -> jax.Array:
@@ -216,19 +264,47 @@ def sample_group(source: CompletionSource, problems: Sequence[Problem], group: G
                  n: int) -> list[Completions]:
     """All n completions of each problem of `group`: one `source` call per sample chunk with the
     chunk's slice of `problem_sample_keys`, concatenated per problem."""
-    batch = [problems[i] for i in group.indices]
-    keys = (jax.numpy.stack([problem_sample_keys(key, i, n) for i in group.indices]) if batch  # [P, n]
-            else jax.random.split(key, (0, n)))   # a host with no problem of this group (multi-host)
-    merged: Optional[list[Completions]] = None
-    start = 0
-    for size in group.chunks:
-        out = list(source(batch, keys[:, start:start + size], start))
-        if len(out) != len(batch) or any(len(x.texts) != size for x in out):
+    got = sample_calls(source, problems, host_calls(group, n, 0, 1), key, n)
+    return [got[i] for i in group.indices]
+
+
+def sample_calls(source: CompletionSource, problems: Sequence[Problem], calls: Sequence[HostCall],
+                 key: jax.Array, n: int) -> dict[int, Completions]:
+    """Run `calls` (`host_calls`) in order -> {problem index: its completions of these calls,
+    concatenated in call order}.  Each call passes the slice ``[first, first + size)`` of the
+    problems' `problem_sample_keys` (a call without problems still calls `source`, with keys
+    [0, size], so a multi-host sampler's collectives line up)."""
+    merged: dict[int, Completions] = {}
+    for call in calls:
+        batch = [problems[i] for i in call.indices]
+        keys = (jax.numpy.stack([problem_sample_keys(key, i, n)[call.first:call.first + call.size]
+                                 for i in call.indices]) if batch     # [P, size]
+                else jax.random.split(key, (0, call.size)))
+        out = list(source(batch, keys, call.first))
+        if len(out) != len(batch) or any(len(x.texts) != call.size for x in out):
             raise ValueError(f"completion source returned {[len(x.texts) for x in out]} texts for "
-                             f"{len(batch)} problems x {size} samples")
-        merged = out if merged is None else [a.concat(b) for a, b in zip(merged, out)]
-        start += size
-    return merged if merged is not None else []
+                             f"{len(batch)} problems x {call.size} samples")
+        for i, comps in zip(call.indices, out):
+            merged[i] = comps if i not in merged else merged[i].concat(comps)
+    return merged
+
+
+def _gather_samples(mine: dict[int, Completions], index: int) -> dict[int, Completions]:
+    """Every host's completions of sample-split problems, concatenated in host order (= sample
+    order, `host_calls`); a collective.  Hosts holding the same block contribute it once."""
+    from maxk_jax.multihost import allgather_objects
+
+    by_host: dict[int, Any] = {}
+    for h, part in allgather_objects([index, {str(i): [list(c.texts), None if c.lengths is None else
+                                                     list(c.lengths), c.inside_block]
+                                              for i, c in mine.items()}]):
+        by_host.setdefault(int(h), part)
+    out: dict[int, Completions] = {}
+    for h in sorted(by_host):
+        for i, (texts, lengths, inside) in by_host[h].items():
+            comps = Completions(tuple(texts), None if lengths is None else tuple(lengths), inside)
+            out[int(i)] = comps if int(i) not in out else out[int(i)].concat(comps)
+    return out
 
 
 def _check_done(done: Iterable[ProblemResult], problems: Sequence[Problem], n: int,
@@ -266,10 +342,12 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     `fail_on_excluded`. Returns the `EvalResult` of all problems (done + new).
 
     Multi-host (``host = (index, count)``, e.g. ``multihost.batch_block(mesh)``; every process
-    calls this at the same time with the same arguments): each group's problems are split into
-    `count` contiguous parts (``multihost.split_evenly``); this host samples its part (the
-    source is called even for an empty part, so a sampler's collectives line up), judges only its
-    own completions, and the new results of all hosts are exchanged after each group
+    calls this at the same time with the same arguments): `batch_size` is per host and the work
+    of each group is split by `host_calls` -- its problems into `count` contiguous parts, or,
+    when n > batch_size, the samples of its one problem (gathered afterwards; problem i is judged
+    by host i % count).  The source is called on every host for every call, even with no rows
+    of its own, so a sampler's collectives line up; each host judges only its own problems, and
+    the new results of all hosts are exchanged after each group
     (``multihost.allgather_objects``), so every host returns the same `EvalResult` and
     `on_result` sees every result in index order. ``done`` is taken from process 0. With
     ``count == 1`` no collective is issued (each process evaluates everything on its own).
@@ -294,7 +372,7 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
 
         done = [ProblemResult.from_json(r) for r in broadcast_object([r.to_json() for r in done])]
     finished = _check_done(done, problems, n, keep_completions)
-    groups = plan_groups(len(problems), n, batch_size)
+    groups = plan_groups(len(problems), n, batch_size, count)
     bar = tqdm(total=len(problems), initial=len(finished), desc="evaluate", unit="problem", disable=not progress)
     judge_kw = dict(sandbox_retries=sandbox_retries, keep_completions=keep_completions)
     reward_sum = [sum(x for r in finished.values() for x in r.rewards if x is not None),
@@ -330,17 +408,13 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
                 todo = [slot for slot, i in enumerate(group.indices) if i not in finished]
                 if not todo:
                     continue
-                if count > 1:
-                    from maxk_jax.multihost import split_evenly
-
-                    mine = Group(tuple(split_evenly(group.indices, index, count)), group.chunks)
-                else:
-                    mine = group
-                comps = sample_group(source, problems, mine, key, n)
-                slots = [s for s, i in enumerate(mine.indices) if i not in finished]
-                idx = [mine.indices[s] for s in slots]
+                calls = host_calls(group, n, index, count)
+                comps = sample_calls(source, problems, calls, key, n)
+                if count > 1 and group.chunks != (n,):   # samples split: the problem's host judges it
+                    comps = {i: c for i, c in _gather_samples(comps, index).items() if i % count == index}
+                idx = [i for i in sorted(comps) if i not in finished]
                 job = pool.submit(judge_completions, executor, [problems[i] for i in idx], idx,
-                                  [comps[s] for s in slots], **judge_kw)
+                                  [comps[i] for i in idx], **judge_kw)
                 if pending is not None:
                     collect(pending)
                 pending = job

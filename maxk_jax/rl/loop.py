@@ -15,7 +15,11 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
      steps in a row with every sample masked stop the run: `MaskedRolloutError`);
   3. reference log-probs (a no-grad pass with the initial weights) when kl_beta > 0;
   4. ``algo.ppo_iterations`` calls of ``train_step`` on that batch (each recomputes the
-     log-ratios against the behaviour log-probs and feeds them to the estimator);
+     log-ratios against π_old and feeds them to the estimator); π_old is, by default
+     (``algo.behaviour_logprobs="trainer"``), the first iteration's own log-probs, so the
+     log-ratios are exactly 0 there; "sampler" uses the sampler's log-probs.  Either way the
+     sampler's disagreement with the trainer is logged, ``rollout/logprob_mismatch_{mean,max}``
+     (|Δ log p| per counted completion token);
   5. periodic evaluation (``maxk_jax.eval.run.evaluate_problems`` on ``eval.*`` problems,
      a fixed key so checkpoints are compared on the same sample keys);
   6. the metrics record is written, then (every ``checkpoint.interval`` steps and at the end)
@@ -279,8 +283,9 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         start, rng = 0, jax.random.key(cfg.seed)
     ref_params = params if cfg.algo.loss.kl_beta > 0 else None
     del params
-    train_step = training.make_train_step(model_config, cfg_step, tx, mesh, shardings,
-                                          schedule=schedule)
+    train_step = training.make_train_step(
+        model_config, cfg_step, tx, mesh, shardings, schedule=schedule,
+        trainer_old_logp=cfg.algo.behaviour_logprobs == "trainer")
     ref_fn = (training.make_logprob_fn(model_config, cfg_step, mesh, shardings.params)
               if ref_params is not None else None)
     if executor is None:
@@ -372,9 +377,20 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
     ref_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     per_iter = []
+    own_old = cfg.algo.behaviour_logprobs == "trainer"
     for it in range(cfg.algo.ppo_iterations):
-        state, m = ctx.train_step(state, batch)
+        if own_old:   # iteration 0's own log-probs are π_old of every iteration (exact ratio 1 at 0)
+            state, m, old_logp = ctx.train_step(state, batch, np.bool_(it == 0))
+            if it == 0:
+                batch = batch.replace(old_logp=old_logp)
+        else:
+            state, m = ctx.train_step(state, batch)
         per_iter.append({k: float(v) for k, v in jax.device_get(m).items()})
+        if it == 0:   # the sampler's log-probs against the trainer's at the rollout's weights
+            for key in ("logprob_mismatch_mean", "logprob_mismatch_max"):
+                metrics[f"rollout/{key}"] = per_iter[0][key]
+        for key in ("logprob_mismatch_mean", "logprob_mismatch_max"):
+            del per_iter[-1][key]
         bad = per_iter[-1].get("nonfinite_coefficients", 0.0)
         if bad:
             raise FloatingPointError(

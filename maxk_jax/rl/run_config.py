@@ -32,6 +32,7 @@ from maxk_jax.sharding import MeshConfig
 
 DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("constant", "cosine", "linear")
+BEHAVIOUR_LOGPROBS = ("trainer", "sampler")   # algo.behaviour_logprobs: where π_old comes from
 Options = tuple[tuple[str, Any], ...]
 
 
@@ -214,7 +215,10 @@ class AlgoSettings:
     pairs; a mapping is accepted and sorted; unset options take the registry's defaults), the
     training ``k``, ``ppo_iterations`` per rollout, and the ``loss`` (``losses.LossConfig``: its
     ``kind`` is the loss form -- the registry's ``estimator_info(estimator).loss_form`` unless a
-    method deviates -- and ``norm_length`` the fixed length of "seq_sum_norm")."""
+    method deviates -- and ``norm_length`` the fixed length of "seq_sum_norm"), and
+    ``behaviour_logprobs``: where π_old of the PPO ratio and of the log-ratio δ comes from --
+    "trainer" (the first PPO iteration's own forward pass: δ = 0 and ratio 1 exactly there) or
+    "sampler" (the sampler's cached-decode log-probs)."""
 
     SECTION: ClassVar[str] = "algo"
     estimator: str = "maxk_offpolicy"
@@ -223,6 +227,7 @@ class AlgoSettings:
     ppo_iterations: int = 3
     loss: losses.LossConfig = dataclasses.field(
         default_factory=lambda: losses.LossConfig(kl_beta=0.01), metadata={"flat": True})
+    behaviour_logprobs: str = "trainer"
 
     def __post_init__(self) -> None:
         info = estimator_info(self.estimator)   # ValueError "unknown estimator ..." naming the valid ones
@@ -234,6 +239,7 @@ class AlgoSettings:
             raise ValueError(f"algo.estimator_options={options!r}: {err}") from err
         _check_int(self.k, "algo.k")
         _check_int(self.ppo_iterations, "algo.ppo_iterations")
+        _check_choice(self.behaviour_logprobs, "algo.behaviour_logprobs", BEHAVIOUR_LOGPROBS)
         if not isinstance(self.loss, losses.LossConfig):
             raise ValueError(f"algo.loss={self.loss!r} must be a losses.LossConfig")
 

@@ -27,7 +27,9 @@ trust-region mask and no extra ratio (losses.py).  Configs name which form they 
 
 Log-ratios: every call recomputes log π_θ of the sampled tokens under the current params and
 the sequence log-ratio Σ_t (log π_θ − old_logp) over completion tokens, and feeds it to the
-estimator (``log_ratio=``); at the first PPO iteration it is 0 up to float error.
+estimator (``log_ratio=``).  With ``make_train_step(..., trainer_old_logp=True)`` the first
+PPO iteration takes the step's own log-probs as π_old, so it is exactly 0 there (against the
+sampler's ``old_logp`` it is 0 only up to the sampler's float error).
 
 Temperature / truncation: the policy log-probs are those of the distribution sampled from:
 logits / temperature, then (if top_k > 0 / top_p < 1) the same top-k / top-p truncation as the
@@ -327,13 +329,21 @@ def _normaliser(counted: jax.Array, aggregation: str) -> jax.Array:
     return jnp.sum(jnp.any(counted, axis=-1)).astype(jnp.float32)
 
 
-def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, *, model_config: qwen2.Qwen2Config,
-                     cfg: StepConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """weight * loss of one micro-batch of whole prompt groups, and its (unweighted) metrics."""
+def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, own_old: jax.Array, *,
+                     model_config: qwen2.Qwen2Config, cfg: StepConfig
+                     ) -> tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array]]:
+    """weight * loss of one micro-batch of whole prompt groups, and ((unweighted) metrics, the
+    policy's log-probs [Bm, T] with no gradient).  own_old (bool scalar): π_old = those log-probs
+    themselves (``stop_gradient``, so the log-ratios are exactly 0 and the ratios exactly 1)
+    instead of ``mb.old_logp``; the mismatch metrics always compare against ``mb.old_logp``."""
     logp, entropy = policy_logprobs(model_config, cfg, params, mb,
                                     with_entropy=cfg.compute_entropy or cfg.loss.entropy_coef > 0)
     counted = mb.completion_mask & mb.valid[:, None]
-    log_ratio = losses.sequence_log_ratio(jax.lax.stop_gradient(logp), mb.old_logp, counted)
+    fixed = jax.lax.stop_gradient(logp)
+    gap = jnp.where(counted, jnp.abs(fixed - mb.old_logp), 0.0)
+    old_logp = jnp.where(own_old, fixed, mb.old_logp)
+    mb = mb.replace(old_logp=old_logp)
+    log_ratio = losses.sequence_log_ratio(fixed, mb.old_logp, counted)
     rows = lambda x: x.reshape(-1, cfg.n)  # noqa: E731  [Bm] -> [Pm, n]
     coef = cfg.estimator_fn()(rows(mb.rewards), k=cfg.k, log_ratio=rows(log_ratio),
                               mask=rows(mb.valid), answer_ids=rows(mb.answer_ids)).reshape(-1)
@@ -350,6 +360,8 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, *, model_conf
         coef_min=jnp.min(jnp.where(v, coef, big)), coef_max=jnp.max(jnp.where(v, coef, -big)),
         coef_nonzero=jnp.sum(v & (coef != 0)).astype(jnp.float32),
         valid_samples=jnp.sum(v).astype(jnp.float32),
+        mismatch_sum=jnp.sum(gap), mismatch_max=jnp.max(gap, initial=0.0),
+        counted_tokens=jnp.sum(counted).astype(jnp.float32),
         seq_ratio_sum=jnp.sum(jnp.where(v, seq_ratio, 0.0)),
         seq_ratio_min=jnp.min(jnp.where(v, seq_ratio, big)),
         seq_ratio_max=jnp.max(jnp.where(v, seq_ratio, -big)),
@@ -358,7 +370,7 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, *, model_conf
         **{f"delta_gt_{t:g}_count": jnp.sum(v & (jnp.abs(seq_ratio - 1.0) > t)).astype(jnp.float32)
            for t in DELTA_THRESHOLDS},
         rows_below_k=jnp.sum(jnp.sum(rows(v), axis=-1) < cfg.k).astype(jnp.float32))
-    return loss * weight, metrics
+    return loss * weight, (metrics, jnp.where(mb.completion_mask, fixed, 0.0))
 
 
 def _combine(mb: dict[str, jax.Array], weights: jax.Array) -> dict[str, jax.Array]:
@@ -388,7 +400,9 @@ def _combine(mb: dict[str, jax.Array], weights: jax.Array) -> dict[str, jax.Arra
         nonfinite_coefficients=jnp.sum(mb["nonfinite_coefficients"]),
         **{f"is_delta_gt_{t:g}_fraction": jnp.sum(mb[f"delta_gt_{t:g}_count"]) / valid
            for t in DELTA_THRESHOLDS},
-        valid_samples=valid, rows_below_k=jnp.sum(mb["rows_below_k"]))
+        valid_samples=valid, rows_below_k=jnp.sum(mb["rows_below_k"]),
+        logprob_mismatch_mean=jnp.sum(mb["mismatch_sum"]) / jnp.maximum(jnp.sum(mb["counted_tokens"]), 1.0),
+        logprob_mismatch_max=jnp.max(mb["mismatch_max"]))
     return out
 
 
@@ -426,8 +440,16 @@ class MeshFunction:
 
 def make_train_step(model_config: qwen2.Qwen2Config, cfg: StepConfig, tx: optax.GradientTransformation,
                     mesh: Mesh, shardings: TrainState, *,
-                    schedule: optax.Schedule | None = None) -> MeshFunction:
+                    schedule: optax.Schedule | None = None,
+                    trainer_old_logp: bool = False) -> MeshFunction:
     """``train_step(state, batch) -> (state, metrics)``: one optimizer update on a rollout batch.
+
+    ``trainer_old_logp=True`` (π_old from the trainer, ``algo.behaviour_logprobs="trainer"``):
+    ``train_step(state, batch, first) -> (state, metrics, logp)`` with ``first`` a bool scalar.
+    With first=True the step takes its own log-probs (``stop_gradient``) as π_old instead of
+    ``batch.old_logp`` -- the same values its loss sees, so the sequence log-ratios are exactly 0
+    and the token ratios exactly 1 -- and ``logp`` [B, T] (0 outside completion_mask) is what
+    the next PPO iterations pass as ``batch.old_logp`` (with first=False).
 
     jit-compiled with ``in_shardings=(shardings, batch rows over data*fsdp)``, replicated metric
     outputs, and the state donated.  Batch-shape checks (``StepConfig.check_batch``) run at trace
@@ -437,12 +459,15 @@ def make_train_step(model_config: qwen2.Qwen2Config, cfg: StepConfig, tx: optax.
     estimator's coefficients over valid samples, ``is_ratio_{mean,min,max}`` (sequence ratios
     exp(log_ratio)), ``is_log_ratio_abs_max``, ``valid_samples``, ``masked_samples`` (null
     rewards), ``rows_below_k``, ``grad_norm`` (before clipping), ``update_norm``,
-    ``learning_rate`` (if ``schedule`` is given).
+    ``learning_rate`` (if ``schedule`` is given), ``logprob_mismatch_{mean,max}`` (|policy
+    log-prob − batch.old_logp| over counted tokens: at the first iteration, the sampler's
+    disagreement with the trainer).
     """
     ways = batch_axis_size(mesh)
     rows_spec = PartitionSpec(None, sharding_lib.BATCH_AXES)
 
-    def step(state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, jax.Array]]:
+    def step(state: TrainState, batch: Batch, first: jax.Array
+             ) -> tuple[TrainState, dict[str, jax.Array], jax.Array]:
         b = batch.tokens.shape[0]
         cfg.check_batch(b, ways)
         m = cfg.micro_batches
@@ -454,18 +479,18 @@ def make_train_step(model_config: qwen2.Qwen2Config, cfg: StepConfig, tx: optax.
             lambda x: jax.lax.with_sharding_constraint(x.reshape(m, b // m, *x.shape[1:]),
                                                        NamedSharding(mesh, rows_spec)), batch)
         loss_grad = jax.value_and_grad(
-            lambda p, mb, w: _microbatch_loss(p, mb, w, model_config=model_config, cfg=cfg),
+            lambda p, mb, w: _microbatch_loss(p, mb, w, first, model_config=model_config, cfg=cfg),
             has_aux=True)
 
-        def body(acc: Params, mb: Batch) -> tuple[Params, dict[str, jax.Array]]:
+        def body(acc: Params, mb: Batch) -> tuple[Params, tuple[dict[str, jax.Array], jax.Array]]:
             mb_counted = mb.completion_mask & mb.valid[:, None]
             weight = _normaliser(mb_counted, cfg.loss.aggregation) / jnp.maximum(total, 1.0)
-            (_, metrics), grads = loss_grad(state.params, mb, weight)
+            (_, (metrics, logp)), grads = loss_grad(state.params, mb, weight)
             acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc, grads)
-            return acc, dict(metrics, weight=weight)
+            return acc, (dict(metrics, weight=weight), logp)
 
         zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
-        grads, mb_metrics = jax.lax.scan(body, zeros, split)
+        grads, (mb_metrics, logp) = jax.lax.scan(body, zeros, split)
         grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
@@ -475,11 +500,18 @@ def make_train_step(model_config: qwen2.Qwen2Config, cfg: StepConfig, tx: optax.
         if schedule is not None:
             metrics["learning_rate"] = jnp.asarray(schedule(state.step), jnp.float32)
         new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
-        return new_state, {k: v.astype(jnp.float32) for k, v in metrics.items()}
+        return (new_state, {k: v.astype(jnp.float32) for k, v in metrics.items()},
+                logp.reshape(b, batch.completion_len))
 
     replicated = NamedSharding(mesh, PartitionSpec())
-    jitted = jax.jit(step, in_shardings=(shardings, batch_sharding(mesh)),
-                     out_shardings=(shardings, replicated), donate_argnums=(0,))
+    rows = batch_sharding(mesh)
+    if trainer_old_logp:
+        jitted = jax.jit(step, in_shardings=(shardings, rows, replicated),
+                         out_shardings=(shardings, replicated, rows), donate_argnums=(0,))
+    else:  # π_old = batch.old_logp; the log-probs are not returned (XLA drops them)
+        jitted = jax.jit(lambda state, batch: step(state, batch, jnp.bool_(False))[:2],
+                         in_shardings=(shardings, rows), out_shardings=(shardings, replicated),
+                         donate_argnums=(0,))
     return MeshFunction(jitted, mesh)
 
 

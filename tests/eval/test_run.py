@@ -10,7 +10,8 @@ from maxk_jax.eval import report as eval_report
 from maxk_jax.data import load_dataset
 from maxk_jax.data.problem import FunctionCase, FunctionTests, Problem, StdioCase, StdioTests
 from maxk_jax.eval.run import (Completions, StaticCompletionSource, check_ks, default_eos_ids, default_ks,
-                                 judge_completions, plan_groups, problem_sample_keys, run_evaluation)
+                                 judge_completions, host_calls, plan_groups, problem_sample_keys,
+                                 run_evaluation)
 from maxk_jax.execution import make_executor
 
 
@@ -70,6 +71,34 @@ def test_plan_groups_cover_every_problem_once_within_batch(num, n, batch):
         assert len(g.indices) * max(g.chunks) <= batch
     with pytest.raises(ValueError, match="batch_size"):
         plan_groups(3, 4, 0)
+
+
+@pytest.mark.parametrize("num,n,batch,hosts", [(7, 4, 8, 2), (5, 8, 8, 3), (3, 10, 4, 2), (2, 256, 64, 8),
+                                               (2, 13, 4, 3), (1, 5, 2, 8), (9, 3, 10, 1), (3, 10, 4, 1)])
+def test_host_calls_split_problems_or_samples_evenly_in_lock_step(num, n, batch, hosts):
+    """Every (problem, sample) is sampled by exactly one host, each host's samples of a problem
+    are contiguous and in host order, every host makes the same calls (sizes) per group, at
+    most `batch` rows per host and call, and n > batch spreads the samples over the hosts."""
+    groups = plan_groups(num, n, batch, hosts)
+    assert [i for g in groups for i in g.indices] == list(range(num))
+    for g in groups:
+        per_host = [host_calls(g, n, h, hosts) for h in range(hosts)]
+        assert len({tuple(c.size for c in calls) for calls in per_host}) == 1   # lock step
+        seen = {i: [] for i in g.indices}
+        for calls in per_host:
+            for c in calls:
+                assert len(c.indices) * c.size <= batch
+                for i in c.indices:
+                    seen[i].extend(range(c.first, c.first + c.size))
+        assert all(s == list(range(n)) for s in seen.values())      # once each, host order = sample order
+        if n > batch and hosts > 1:
+            rows = [sum(c.size for c in calls if c.indices) for calls in per_host]
+            assert max(rows) - min(rows) <= 1 and min(rows) == n // hosts
+    assert len(plan_groups(8, 2, 4, 2)[0].indices) == 4        # batch_size is per host
+    with pytest.raises(ValueError, match="host must be"):
+        host_calls(groups[0], n, hosts, hosts)
+    with pytest.raises(ValueError, match="do not add up"):
+        host_calls(groups[0], n + 1, 0, hosts)
 
 
 def test_problem_sample_keys_depend_on_index_only():

@@ -56,6 +56,15 @@ def test_help_lists_every_flag():
         assert f"--{flag}:" in res.stdout or f"--[no]{flag}:" in res.stdout, flag
 
 
+def test_dtype_defaults_to_bfloat16_on_accelerators_and_float32_on_cpu():
+    from experiments.evaluate import resolve_dtype
+
+    assert [resolve_dtype("auto", b) for b in ("cpu", "gpu", "tpu")] == ["float32", "bfloat16", "bfloat16"]
+    assert resolve_dtype("float32", "gpu") == "float32" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    with pytest.raises(ValueError, match="--dtype='float16'"):
+        resolve_dtype("float16", "gpu")
+
+
 @pytest.mark.parametrize("bad, message", [("--temperature=-1", "--temperature must be a finite float >= 0"),
                                           ("--top_p=2", "--top_p must lie in (0, 1]"),
                                           ("--ks=1,9", "--ks: every k must be an int in [1, n=4]"),
@@ -98,6 +107,7 @@ def test_end_to_end_output_files_are_consistent(fixture_dir, full_run):
     assert summary["totals"]["samples"] == 12 and summary["n"] == 4
     assert summary["config"]["checkpoint"] == {"kind": "hf", "checkpoint": str(fixture_dir / "model")}
     assert json.loads((a / "run_config.json").read_text()) == summary["config"]
+    assert summary["config"]["dtype"] == "float32"   # --dtype=auto on CPU
     for r in result.problems:   # consistent records: rewards = passed/total, lengths within the budget
         assert r.n_sampled == 4 and len(r.completions) == 4 and set(r.total) == {3}
         assert all(1 <= x <= 12 for x in r.lengths)

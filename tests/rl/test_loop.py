@@ -301,7 +301,34 @@ def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path):
         assert not np.array_equal(jax.random.key_data(rng), jax.random.key_data(ctx.rng))
         assert metrics["samples/judged"] == 2 * 4 and metrics["data/position"] == 2.0
         assert {"reward/mean", "ppo/loss", "ppo/it0/grad_norm", "time/train_s"} <= set(metrics)
+        # π_old from the trainer (default): iteration 0 is exactly on-policy
+        assert metrics["ppo/it0/is_log_ratio_abs_max"] == 0.0
+        assert metrics["ppo/it0/ratio_min"] == metrics["ppo/it0/ratio_max"] == 1.0
+        assert metrics["ppo/it1/is_log_ratio_abs_max"] > 0.0
+        mean, worst = metrics["rollout/logprob_mismatch_mean"], metrics["rollout/logprob_mismatch_max"]
+        assert 0.0 <= mean <= worst < 1e-3 and "ppo/logprob_mismatch_mean" not in metrics
     assert (tmp_path / "out" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_sampler_behaviour_logprobs_keep_the_samplers_pi_old(tiny_ckpt, problems_file, tmp_path):
+    """algo.behaviour_logprobs="sampler": π_old = the sampler's log-probs, so the iteration-0
+    log-ratio is the sampler-vs-trainer float error (bounded by T x the per-token mismatch), and
+    the mismatch logged is the same quantity as with "trainer" (same rollout, same weights)."""
+    import contextlib
+
+    out = {}
+    for source in ("sampler", "trainer"):
+        cfg = small_config(tiny_ckpt, problems_file, tmp_path / source, max_steps=1,
+                           **{"algo.behaviour_logprobs": source})
+        with contextlib.ExitStack() as stack:
+            ctx = rl_loop.setup(cfg, stack)
+            out[source] = rl_loop.rl_step(ctx, 0, ctx.state, ctx.rng)[2]
+    s, t = out["sampler"], out["trainer"]
+    for key in ("rollout/logprob_mismatch_mean", "rollout/logprob_mismatch_max", "reward/mean"):
+        assert s[key] == t[key], key
+    assert 0.0 < s["ppo/it0/is_log_ratio_abs_max"] <= 12 * s["rollout/logprob_mismatch_max"] * (1 + 1e-5)
+    assert t["ppo/it0/is_log_ratio_abs_max"] == 0.0
 
 
 def test_load_problem_set_passes_the_typed_loader_options(tmp_path, monkeypatch):

@@ -21,6 +21,7 @@ def test_defaults_are_the_papers_hyperparameters():
     s, a = run.rollout.sampler, run.algo
     assert (s.n, s.temperature, s.top_p, s.max_new_tokens, run.optim.learning_rate) == (8, 1.0, 1.0, 256, 5e-6)
     assert (a.loss.kl_beta, a.loss.eps_low, a.ppo_iterations, run.data.epochs) == (0.01, 0.2, 3, 1)
+    assert a.behaviour_logprobs == "trainer"
     step = run.step_config()
     assert step.sampler is run.rollout.sampler and step.loss is run.algo.loss   # composed, not copied
     assert (step.estimator, step.k, step.n, step.kind) == ("maxk_offpolicy", 4, 8, "clipped")
@@ -45,6 +46,7 @@ def test_defaults_are_the_papers_hyperparameters():
     (lambda: OptimSettings(schedule="step"), r"optim.schedule='step' is not one of"),
     (lambda: OptimSettings(learning_rate=0.0), r"optim.learning_rate=0.0 must be a finite number > 0"),
     (lambda: AlgoSettings(estimator="nope"), r"unknown estimator 'nope'"),
+    (lambda: AlgoSettings(behaviour_logprobs="hf"), r"algo.behaviour_logprobs='hf' is not one of \('trainer', 'sampler'\)"),
     (lambda: AlgoSettings(estimator_options={"bogus": 1}), r"algo.estimator_options=\(\('bogus', 1\),\): .*unknown"),
     (lambda: AlgoSettings(estimator_options="{}"), r"algo.estimator_options='\{\}' must be \(name, value\) pairs"),
     (lambda: RunConfig(seed=-1), r"seed=-1 must be an int >= 0"),
@@ -133,7 +135,9 @@ def test_command_line_overrides_of_typed_fields(tmp_path):
                  "--config.algo.estimator_options=(('baseline','loo1'),('clamp_delta',None))",
                  "--config.data.chat=true", "--config.model.logprob_chunk=4096",
                  "--config.data.options=(('seed',3),('difficulty','easy'))",
-                 "--config.algo.loss_kind=is_weighted", "--config.rollout.temperature=0.7")
+                 "--config.algo.loss_kind=is_weighted", "--config.rollout.temperature=0.7",
+                 "--config.algo.behaviour_logprobs=sampler")
+    assert run.algo.behaviour_logprobs == "sampler"
     assert run.eval.ks == (1, 2, 4) and run.rollout.eos_ids == (151645, 151643)
     assert run.algo.estimator_options == (("baseline", "loo1"), ("clamp_delta", None))
     assert run.data.chat is True and run.model.logprob_chunk == 4096

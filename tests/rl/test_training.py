@@ -301,3 +301,48 @@ def test_config_and_batch_errors(params):
                                     tx, mesh, sh)
     with pytest.raises(ValueError, match="needs batch.ref_logp"):
         step.lower(abstract, make_batch(params, 7))
+
+
+CFG_OFF = training.StepConfig(estimator="maxk_offpolicy", k=2, sampler=sampler(), micro_batches=2,
+                              loss=LossConfig(aggregation="token", kl_beta=0.0))
+
+
+def test_trainer_old_logp_makes_iteration_zero_exactly_on_policy(params):
+    """trainer_old_logp: at first=True the step's own log-probs are π_old -- log-ratio exactly 0,
+    every token ratio exactly 1 -- whatever batch.old_logp holds (here: noisy sampler log-probs);
+    the mismatch metrics are |Δ log p| against batch.old_logp over counted tokens; first=False
+    is the default step (π_old = batch.old_logp), and iteration 1 on the returned log-probs
+    equals the default step fed those log-probs."""
+    mesh = single_mesh()
+    tx = optax.sgd(LR)
+    _, sh = training.abstract_train_state(CONFIG, tx, mesh)
+    own = training.make_train_step(CONFIG, CFG_OFF, tx, mesh, sh, trainer_old_logp=True)
+    default = training.make_train_step(CONFIG, CFG_OFF, tx, mesh, sh)
+    batch = sharding.shard_batch(make_batch(params, 7, noise=0.05, invalid=(2,)), mesh)
+    new = lambda: training.create_train_state(CONFIG, params, tx, mesh)[0]  # noqa: E731
+
+    state, m0, old = own(new(), batch, np.bool_(True))
+    m0, old = jax.device_get(m0), np.asarray(old)
+    assert m0["is_log_ratio_abs_max"] == 0.0
+    assert m0["ratio_min"] == m0["ratio_max"] == m0["ratio_mean"] == 1.0
+    assert m0["is_ratio_min"] == m0["is_ratio_max"] == 1.0 and m0["clip_fraction"] == 0.0
+    comp = np.asarray(batch.completion_mask)
+    counted = comp & np.asarray(batch.valid)[:, None]
+    assert np.all(old[~comp] == 0.0)
+    np.testing.assert_allclose(old[comp], np.asarray(exact_logp(params, batch.tokens,
+                                                                batch.attention_mask))[comp], atol=1e-5)
+    gap = np.abs(old - np.asarray(batch.old_logp))[counted]
+    np.testing.assert_allclose(m0["logprob_mismatch_mean"], gap.mean(), rtol=1e-6)
+    assert m0["logprob_mismatch_max"] == gap.max() and 0.01 < gap.max() <= 0.05 + 1e-5
+
+    _, m_sampler, _ = own(new(), batch, np.bool_(False))     # π_old = batch.old_logp (sampler)
+    _, m_default = default(new(), batch)
+    for key in m_default:
+        assert m_sampler[key] == m_default[key], key
+    assert m_default["is_log_ratio_abs_max"] > 1e-3
+
+    _, m1, _ = own(state, batch.replace(old_logp=jnp.asarray(old)), np.bool_(False))
+    _, m1_ref = default(own(new(), batch, np.bool_(True))[0], batch.replace(old_logp=jnp.asarray(old)))
+    for key in m1_ref:
+        np.testing.assert_allclose(m1[key], m1_ref[key], rtol=1e-6, atol=1e-7, err_msg=key)
+    assert m1["is_log_ratio_abs_max"] > 1e-3
