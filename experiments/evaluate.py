@@ -133,16 +133,6 @@ def _problems() -> tuple[list, dict]:
     return problems, spec
 
 
-def resolve_dtype(flag: str, backend: str) -> str:
-    """--dtype -> "float32" | "bfloat16": "auto" is bfloat16 on an accelerator backend ("gpu",
-    "tpu", ...) and float32 on "cpu"; explicit values are kept."""
-    if flag == "auto":
-        return "float32" if backend == "cpu" else "bfloat16"
-    if flag not in ("float32", "bfloat16"):
-        raise ValueError(f"--dtype={flag!r} is not one of ('auto', 'float32', 'bfloat16')")
-    return flag
-
-
 def _int_list(values: list[str], name: str) -> list[int]:
     try:
         return [int(v) for v in values]
@@ -265,7 +255,7 @@ def main(argv: list[str]) -> None:
 
     from maxk_jax import multihost, sharding
     from maxk_jax.eval import report as eval_report
-    from maxk_jax.eval.checkpoint import generation_eos_ids, load_model
+    from maxk_jax.eval.checkpoint import generation_eos_ids, load_model, resolve_dtype
     from maxk_jax.eval.run import ModelCompletionSource, check_ks, default_eos_ids, default_ks, run_evaluation
     from maxk_jax.execution import make_executor
     from maxk_jax.models.tokenizer import load_tokenizer

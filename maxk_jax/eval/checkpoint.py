@@ -39,6 +39,16 @@ class LoadedModel:
     description: dict[str, Any]
 
 
+def resolve_dtype(flag: str, backend: str) -> str:
+    """--dtype flag -> "float32" | "bfloat16": "auto" is bfloat16 on an accelerator backend ("gpu",
+    "tpu", ...) and float32 on "cpu"; explicit values are kept."""
+    if flag == "auto":
+        return "float32" if backend == "cpu" else "bfloat16"
+    if flag not in ("float32", "bfloat16"):
+        raise ValueError(f"--dtype={flag!r} is not one of ('auto', 'float32', 'bfloat16')")
+    return flag
+
+
 def is_hf_dir(path: str | os.PathLike) -> bool:
     """True when `path` is a directory with a ``config.json`` (Hugging Face layout)."""
     return os.path.isfile(os.path.join(os.fspath(path), "config.json"))

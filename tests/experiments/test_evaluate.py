@@ -57,7 +57,7 @@ def test_help_lists_every_flag():
 
 
 def test_dtype_defaults_to_bfloat16_on_accelerators_and_float32_on_cpu():
-    from experiments.evaluate import resolve_dtype
+    from maxk_jax.eval.checkpoint import resolve_dtype
 
     assert [resolve_dtype("auto", b) for b in ("cpu", "gpu", "tpu")] == ["float32", "bfloat16", "bfloat16"]
     assert resolve_dtype("float32", "gpu") == "float32" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
