@@ -19,7 +19,7 @@ interleaved rounds, one call of every variant per round): generated tokens/s of
 each and the ratio against the baseline = the fastest transformers run measured in the same run
 (``--torch_threads``: torch's OpenMP threads spin-wait badly when other jobs share the CPU, so
 1 thread can beat 2); the prefill stage alone with
-the shared prefix vs the n-fold repeated prompts (``_sampler._prefill``) and the time it saves;
+the shared prefix vs the n-fold repeated prompts (``_sampler.prefill_prompts``) and the time it saves;
 compile time = first call - steady state. Results go to ``--results_dir`` as
 bench_sampler.{json,md,png}. Other jobs sharing the CPU inflate every number; ratios are from
 interleaved calls of the same run.
@@ -140,7 +140,7 @@ def prefill_fn(config: qwen2.Qwen2Config, params: Any, prompts: list[list[int]],
     tokens, mask = sampling.pad_prompts(prompts, tp, sampling.prompt_batch_bucket(len(prompts)), 0)
     tokens, mask = jnp.asarray(tokens), jnp.asarray(mask)
     return lambda i: jax.block_until_ready(
-        _sampler._prefill(config, settings, None, params, tokens, mask))
+        _sampler.prefill_prompts(config, settings, None, params, tokens, mask))
 
 
 def run(prompts: list[list[int]], config: qwen2.Qwen2Config, params: Any, model: Any

@@ -74,6 +74,7 @@ from maxk_jax.rl.config_dict import to_config_dict
 from maxk_jax.rl.run_config import ProblemSource, RunConfig
 from maxk_jax.rl.metrics_log import MetricsLogger
 from maxk_jax.models.tokenizer_protocol import Tokenizer
+from maxk_jax.sampling.rollout_copy import RolloutLayout
 
 EvalFn = Callable[[Any, int], dict[str, float]]
 
@@ -161,12 +162,12 @@ def _mean_over_iterations(per_iter: list[dict[str, float]]) -> dict[str, float]:
 
 
 def make_eval_fn(cfg: RunConfig, model_config: Any, tokenizer: Tokenizer, executor: Executor,
-                 mesh: jax.sharding.Mesh, settings: rollout_lib.RolloutSettings) -> EvalFn | None:
+                 layout: RolloutLayout, settings: rollout_lib.RolloutSettings) -> EvalFn | None:
     """``eval_fn(params, rl_step) -> {"eval/pass_at_k/<k>": ..., "eval/max_at_k/<k>": ...}``:
     ``maxk_jax.eval.run.run_evaluation`` on the ``eval.*`` problems with the rollout's prompt
     format and the eval sampling settings, a fixed key ``eval.seed`` (every checkpoint is scored
-    on the same sample keys); the report goes to ``<output_dir>/eval/step_<rl_step>``.
-    None when ``eval.interval`` is 0."""
+    on the same sample keys), sampled from the rollout copy of ``params`` on ``layout``'s mesh;
+    the report goes to ``<output_dir>/eval/step_<rl_step>``. None when ``eval.interval`` is 0."""
     if not cfg.eval.interval:
         return None
     from maxk_jax.eval.report import write_report
@@ -178,8 +179,11 @@ def make_eval_fn(cfg: RunConfig, model_config: Any, tokenizer: Tokenizer, execut
     eval_settings = dataclasses.replace(settings, sampler=config_lib.eval_sampler(cfg))
     n = cfg.eval.sampler.n
 
+    mesh = layout.mesh
+
     def eval_fn(params: Any, rl_step: int) -> dict[str, float]:
-        source = rollout_lib.PromptCompletionSource(model_config, params, tokenizer, eval_settings, mesh)
+        source = rollout_lib.PromptCompletionSource(model_config, layout.copy(params), tokenizer, eval_settings,
+                                                    mesh)
         result = run_evaluation(problems, source, executor=executor, n=n, key=key, ks=ks,
                                 host=multihost.batch_block(mesh),
                                 batch_size=cfg.eval.batch_size, sandbox_retries=cfg.rollout.sandbox_retries,
@@ -212,6 +216,7 @@ class RunContext:
     ref_fn: Any                       # reference log-prob pass (None without a KL term)
     ref_params: Any
     eval_fn: EvalFn | None
+    rollout_layout: Any               # sampling.rollout_copy.RolloutLayout: where the sampler's weights live
     checkpointer: ckpt_lib.Checkpointer
     logger: MetricsLogger | None      # process 0 only
     model_dir: str
@@ -293,8 +298,9 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
 
         executor = stack.enter_context(make_executor(cfg.rollout.executor))
     settings = config_lib.rollout_settings(cfg, model_config, tokenizer)
+    layout = RolloutLayout.create(model_config, mesh)
     if eval_fn is None:
-        eval_fn = make_eval_fn(cfg, model_config, tokenizer, executor, mesh, settings)
+        eval_fn = make_eval_fn(cfg, model_config, tokenizer, executor, layout, settings)
     lead = jax.process_index() == 0
     logger = MetricsLogger(cfg.output_dir, tensorboard=cfg.log.tensorboard,
                            wandb_project=cfg.log.wandb_project or None, run_name=cfg.name,
@@ -308,7 +314,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     return RunContext(cfg=cfg, mesh=mesh, model_config=model_config, tokenizer=tokenizer,
                       problems=problems, total=total, start=start, executor=executor,
                       settings=settings, train_step=train_step, ref_fn=ref_fn, ref_params=ref_params,
-                      eval_fn=eval_fn, checkpointer=ckpt, logger=logger, model_dir=model_dir,
+                      eval_fn=eval_fn, rollout_layout=layout, checkpointer=ckpt, logger=logger, model_dir=model_dir,
                       state=state, rng=rng)
 
 
@@ -354,8 +360,10 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
     batch_problems = step_problems(ctx.problems, step, cfg.rollout.prompts, cfg.seed, cfg.data.shuffle)
     rng, key = jax.random.split(rng)
     judge = JudgeCounter(executor)   # counts what THIS host's judge receives
-    ro = rollout_lib.collect(ctx.model_config, state.params, ctx.tokenizer, batch_problems,
-                             judge, ctx.settings, key, mesh=mesh)     # this host's share only
+    policy = ctx.rollout_layout.copy(state.params)   # decode layout: no weight moves in the loop
+    ro = rollout_lib.collect(ctx.model_config, policy, ctx.tokenizer, batch_problems,
+                             judge, ctx.settings, key, mesh=ctx.rollout_layout.mesh)  # this host's share only
+    del policy                                       # freed before the update
     everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
     metrics = rollout_lib.rollout_metrics(everyone, config_lib.train_ks(cfg))
     ctx.masked_streak = ctx.masked_streak + 1 if metrics["samples/masked"] == metrics["samples/total"] else 0

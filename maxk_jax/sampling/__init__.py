@@ -5,18 +5,21 @@ log-probs of the distribution sampled from (temperature, top-k, top-p).
     out.tokens [P, n, T], out.logprobs [P, n, T] (float32), out.lengths [P, n]
 
 Private modules: ``_sampler`` (prefill, decode loop, padding/bucketing, keys) and ``_filters``
-(the sampling distribution: temperature, top-k / top-p truncation and its log-probs).
+(the sampling distribution: temperature, top-k / top-p truncation and its log-probs);
+``rollout_copy``: the weights in a layout made for decoding, made once per RL step.
 """
 from maxk_jax.sampling._filters import (greedy_logprobs, sampling_logprobs, top_k_mask, top_p_mask,
                                         validate_filters)
 from maxk_jax.sampling._sampler import (MIN_PROMPT_BUCKET, PROMPT_BUCKET_STEP, SampleOutput,
-                                        SamplerSettings, draw, first_argmax, generate, gumbel_max,
+                                        SamplerSettings, batch_shards, cache_shardings, decode_loop,
+                                        draw, first_argmax, generate, gumbel_max, prefill_prompts,
                                         is_stop, next_pow2, pad_prompts, prompt_batch_bucket,
                                         prompt_length_bucket, record, stop_id_array,
                                         to_token_lists)
 
 __all__ = [
-    "MIN_PROMPT_BUCKET", "PROMPT_BUCKET_STEP", "SampleOutput", "SamplerSettings", "draw",
+    "MIN_PROMPT_BUCKET", "PROMPT_BUCKET_STEP", "SampleOutput", "SamplerSettings", "batch_shards",
+    "cache_shardings", "decode_loop", "prefill_prompts", "draw",
     "first_argmax", "generate", "greedy_logprobs", "gumbel_max", "is_stop", "next_pow2",
     "pad_prompts", "prompt_batch_bucket", "prompt_length_bucket", "record", "sampling_logprobs",
     "stop_id_array", "to_token_lists", "top_k_mask", "top_p_mask", "validate_filters",

@@ -8,7 +8,7 @@
 
 How it runs (two jit-compiled functions, config and :class:`SamplerSettings` static):
 
-1. **Prefill** (:func:`_prefill`): the P prompts are left-padded to a bucket length
+1. **Prefill** (:func:`prefill_prompts`): the P prompts are left-padded to a bucket length
    ``Tp = prompt_length_bucket(max(longest prompt, min_prompt_bucket))``: the next power of two
    up to 128 (16, 32, 64, 128 with the default minimum 16), then the next multiple of
    ``PROMPT_BUCKET_STEP`` = 128 (256, 384, 512, ...: at most 127 padding slots, one compiled
@@ -20,7 +20,7 @@ How it runs (two jit-compiled functions, config and :class:`SamplerSettings` sta
    block [L, Pb, K, Tp, D] and, per sample row (row p*n + i = sample i of prompt p), a block of
    ``max(T - 1, 1)`` generated-token slots [L, Pb*n, K, T-1, D]; only the last-position logits
    are repeated n times ([Pb*n, V]).
-2. **Decode** (:func:`_decode`, cache donated): token 0 is drawn from the prefill logits, then a
+2. **Decode** (:func:`decode_loop`, cache donated): token 0 is drawn from the prefill logits, then a
    ``lax.while_loop`` runs one ``qwen2.decode_step`` per token and stops as soon as every row has
    produced a stop token or T tokens were generated (``num_steps`` reports how many). Each step
    attends to the row's prompt (read from the shared block by an einsum that broadcasts over
@@ -173,13 +173,43 @@ def _constrain(x: jax.Array, mesh: Mesh | None, batch_axis: int = 0) -> jax.Arra
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 
+def _constrain_draw_rows(x: jax.Array, mesh: Mesh | None) -> jax.Array:
+    """The logits [B, V] the next token is drawn from, rows split over EVERY mesh axis when B
+    allows (else over the batch axes). With tensor parallelism the LM head leaves the logits
+    split over the vocabulary; drawing from whole rows then costs one all-to-all of
+    B / (batch shards) * V values per device instead of gathering every row's logits on every
+    tensor device (tensor times fewer bytes, and each device draws for fewer rows)."""
+    if mesh is None:
+        return x
+    axes = sharding_lib.BATCH_AXES + ("tensor",)
+    if x.shape[0] % int(np.prod([mesh.shape[a] for a in axes])):
+        return _constrain(x, mesh)
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(axes, None)))
+
+
+def cache_shardings(cache: qwen2.KVCache, mesh: Mesh) -> qwen2.KVCache:
+    """``NamedSharding`` of every cache field on ``mesh``: the prompt block over its Pb rows
+    (prompt_k/v axis 1, prompt_valid axis 0) and the samples' block over its Pb*n rows (k/v axis
+    1) along the batch axes ('data', 'fsdp'); the K/V head axis (2) over ``tensor`` when that
+    axis divides the KV-head count (as the K/V projections of the weights are split), so a
+    tensor-parallel decode step writes and reads its own heads' cache without a gather;
+    ``length`` replicated."""
+    tensor = mesh.shape.get("tensor", 1)
+
+    def kv(x: jax.Array) -> NamedSharding:
+        heads = "tensor" if tensor > 1 and x.shape[2] % tensor == 0 else None
+        return NamedSharding(mesh, PartitionSpec(None, sharding_lib.BATCH_AXES, heads, None, None))
+
+    return cache.replace(prompt_k=kv(cache.prompt_k), prompt_v=kv(cache.prompt_v),
+                         prompt_valid=NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, None)),
+                         k=kv(cache.k), v=kv(cache.v), length=NamedSharding(mesh, PartitionSpec()))
+
+
 def _constrain_cache(cache: qwen2.KVCache, mesh: Mesh | None) -> qwen2.KVCache:
-    """Batch-shard the cache: the prompt block over its Pb rows (prompt_k/v axis 1, prompt_valid
-    axis 0), the samples' block over its Pb*n rows (k/v axis 1); ``length`` is a scalar."""
-    return cache.replace(
-        prompt_k=_constrain(cache.prompt_k, mesh, 1), prompt_v=_constrain(cache.prompt_v, mesh, 1),
-        prompt_valid=_constrain(cache.prompt_valid, mesh), k=_constrain(cache.k, mesh, 1),
-        v=_constrain(cache.v, mesh, 1))
+    """Constrain every cache field to :func:`cache_shardings` (no-op without a mesh)."""
+    if mesh is None:
+        return cache
+    return jax.lax.with_sharding_constraint(cache, cache_shardings(cache, mesh))
 
 
 def is_stop(tokens: jax.Array, stop_ids: jax.Array) -> jax.Array:
@@ -239,7 +269,7 @@ def record(state: _LoopState, tokens: jax.Array, logp: jax.Array, stop_ids: jax.
 # ----------------------------------------------------------------------------------------------
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _prefill(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh | None,
+def prefill_prompts(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh | None,
              params: Params, tokens: jax.Array, mask: jax.Array
              ) -> tuple[jax.Array, qwen2.KVCache]:
     """Prefill Pb prompts once. tokens/mask [Pb, Tp] (left-padded) -> (last-position logits
@@ -254,13 +284,13 @@ def _prefill(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh | 
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(5,))
-def _decode(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh | None,
+def decode_loop(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh | None,
             params: Params, first_logits: jax.Array, cache: qwen2.KVCache, keys: jax.Array,
             prompt_lengths: jax.Array, dummy: jax.Array, stop_ids: jax.Array, pad_id: jax.Array
             ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, qwen2.KVCache]:
     """Generate up to T tokens for B rows.
 
-    first_logits [B, V] (prefill), cache (:func:`_prefill`'s, B = Pb * n sample rows; donated
+    first_logits [B, V] (prefill), cache (:func:`prefill_prompts`'s, B = Pb * n sample rows; donated
     and returned so XLA updates it in place), keys [B] per-sample keys, prompt_lengths [B]
     int32, dummy [B] bool (padding rows, never sampled), stop_ids [S] int32 (-1 = unused
     slot), pad_id [] int32 ->
@@ -283,7 +313,8 @@ def _decode(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh | N
         logits, cache = qwen2.decode_step(config, params, prev, prompt_lengths + s.step - 1,
                                           s.cache)
         s = s.replace(cache=_constrain_cache(cache, mesh))
-        return record(s, *draw(keys, s.step, _constrain(logits, mesh), settings), stop_ids, pad_id)
+        tokens, logp = draw(keys, s.step, _constrain_draw_rows(logits, mesh), settings)
+        return record(s, _constrain(tokens, mesh), _constrain(logp, mesh), stop_ids, pad_id)
 
     state = jax.lax.while_loop(cond, body, state)
     return (state.tokens, state.logprobs, state.lengths, state.done & ~dummy, state.step,
@@ -378,7 +409,7 @@ def _place_params(params: Params, mesh: Mesh) -> Params:
     return jax.tree.map(put, params)
 
 
-def _batch_shards(mesh: Mesh | None) -> int:
+def batch_shards(mesh: Mesh | None) -> int:
     if mesh is None:
         return 1
     return int(np.prod([mesh.shape[a] for a in sharding_lib.BATCH_AXES if a in mesh.shape]))
@@ -431,7 +462,7 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
                                     min_prompt_bucket)
     num_p = len(prompts)
     keys = _sample_keys(key, num_p, settings.n)
-    shards = _batch_shards(mesh)
+    shards = batch_shards(mesh)
     pb = prompt_batch_bucket(num_p, shards)
     tp = prompt_length_bucket(max(len(p) for p in prompts), min_prompt_bucket)
     tokens, mask = pad_prompts(prompts, tp, pb, int(pad_id))
@@ -447,12 +478,12 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
         tokens, mask, lens, dummy, row_keys = sharding_lib.shard_batch(
             (tokens, mask, lens, dummy, row_keys), mesh)
         with sharding_lib.activation_sharding(mesh):
-            first, cache = _prefill(config, settings, mesh, params, tokens, mask)
-            out = _decode(config, settings, mesh, params, first, cache, row_keys, lens, dummy,
+            first, cache = prefill_prompts(config, settings, mesh, params, tokens, mask)
+            out = decode_loop(config, settings, mesh, params, first, cache, row_keys, lens, dummy,
                           stop_ids, pad)
     else:
-        first, cache = _prefill(config, settings, None, params, tokens, mask)
-        out = _decode(config, settings, None, params, first, cache, row_keys, lens, dummy,
+        first, cache = prefill_prompts(config, settings, None, params, tokens, mask)
+        out = decode_loop(config, settings, None, params, first, cache, row_keys, lens, dummy,
                       stop_ids, pad)
     toks, logp, lengths, finished, steps, _ = out
 
@@ -483,7 +514,7 @@ def _generate_host_block(config: qwen2.Qwen2Config, params: Params, prompts: lis
     _, count = multihost.batch_block(mesh)
     sizes = multihost.allgather_objects([num_p, max((len(p) for p in prompts), default=1)])
     max_p, max_len = max(max(s[0] for s in sizes), 1), max(s[1] for s in sizes)
-    pb = prompt_batch_bucket(max_p, _batch_shards(mesh) // count)
+    pb = prompt_batch_bucket(max_p, batch_shards(mesh) // count)
     tp = prompt_length_bucket(max_len, min_prompt_bucket)
     tokens, mask = pad_prompts(prompts, tp, pb, pad_id)
     lens = np.repeat(mask.sum(axis=1).astype(np.int32), n)
@@ -498,8 +529,8 @@ def _generate_host_block(config: qwen2.Qwen2Config, params: Params, prompts: lis
     tokens, mask, lens, dummy, raw = multihost.global_batch((tokens, mask, lens, dummy, raw), mesh)
     row_keys = jax.random.wrap_key_data(raw, impl=impl)
     with sharding_lib.activation_sharding(mesh):
-        first, cache = _prefill(config, settings, mesh, params, tokens, mask)
-        toks, logp, lengths, finished, steps, _ = _decode(
+        first, cache = prefill_prompts(config, settings, mesh, params, tokens, mask)
+        toks, logp, lengths, finished, steps, _ = decode_loop(
             config, settings, mesh, params, first, cache, row_keys, lens, dummy, stop_ids,
             np.asarray(pad_id, np.int32))
 

@@ -91,10 +91,10 @@ def test_stop_tokens_lengths_padding_and_early_stop(tiny, greedy_prompts, greedy
     stop = sorted({int(ref[p, 0, 3]) for p in range(len(GREEDY_LENS))})
     expected = np.array([next(j for j in range(T_GREEDY) if ref[p, 0, j] in stop) + 1
                          for p in range(len(GREEDY_LENS))])
-    compiled = _sampler._decode._cache_size()
+    compiled = _sampler.decode_loop._cache_size()
     out = sampling.generate(config, params, greedy_prompts, n=2, max_new_tokens=T_GREEDY,
                             key=jax.random.key(0), temperature=0.0, eos_id=stop, pad_id=7)
-    assert _sampler._decode._cache_size() == compiled  # stop ids / pad id are data, not static
+    assert _sampler.decode_loop._cache_size() == compiled  # stop ids / pad id are data, not static
     lengths = np.asarray(out.lengths)
     np.testing.assert_array_equal(lengths, np.stack([expected, expected], 1))
     assert int(out.num_steps) == expected.max() <= 4 < T_GREEDY  # the while_loop stopped early
@@ -113,16 +113,16 @@ def test_prompt_buckets_reuse_compilation_and_rows_are_independent(tiny, greedy_
     _, config, params = tiny
     others = _prompts([30, 2, 25], config.vocab_size, 5)
     prompts = [greedy_prompts[2]] + others  # 4 prompts of new lengths, same bucket (32)
-    sizes = _sampler._prefill._cache_size(), _sampler._decode._cache_size()
+    sizes = _sampler.prefill_prompts._cache_size(), _sampler.decode_loop._cache_size()
     out = sampling.generate(config, params, prompts, n=2, max_new_tokens=T_GREEDY,
                             key=jax.random.key(3), temperature=0.0)
-    assert (_sampler._prefill._cache_size(), _sampler._decode._cache_size()) == sizes
+    assert (_sampler.prefill_prompts._cache_size(), _sampler.decode_loop._cache_size()) == sizes
     np.testing.assert_array_equal(np.asarray(out.tokens[0]), np.asarray(greedy_nostop.tokens[2]))
     # 3 prompts -> batch bucket 4 (one dummy row, discarded): still no recompilation.
     out3 = sampling.generate(config, params, prompts[:3], n=2, max_new_tokens=T_GREEDY,
                              key=jax.random.key(3), temperature=0.0)
     assert out3.tokens.shape == (3, 2, T_GREEDY)
-    assert (_sampler._prefill._cache_size(), _sampler._decode._cache_size()) == sizes
+    assert (_sampler.prefill_prompts._cache_size(), _sampler.decode_loop._cache_size()) == sizes
     np.testing.assert_array_equal(np.asarray(out3.tokens), np.asarray(out.tokens[:3]))
 
 
@@ -348,7 +348,7 @@ def test_prefill_stores_the_prompt_once_per_prompt(long_model):
     n, t_new, pb, tp = 5, 7, 2, 384
     settings = sampling.SamplerSettings(n=n, max_new_tokens=t_new)
     tokens = jax.ShapeDtypeStruct((pb, tp), jnp.int32)
-    first, cache = jax.eval_shape(_sampler._prefill, config, settings, None, params, tokens, tokens)
+    first, cache = jax.eval_shape(_sampler.prefill_prompts, config, settings, None, params, tokens, tokens)
     l, kv, d = config.num_layers, config.num_kv_heads, config.head_dim_
     assert first.shape == (pb * n, config.vocab_size)
     assert cache.prompt_k.shape == cache.prompt_v.shape == (l, pb, kv, tp, d)

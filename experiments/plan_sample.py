@@ -1,0 +1,151 @@
+"""Sampling plan by simulation: AOT-compile the sampler's decode loop on 8 simulated devices.
+
+    .venv/bin/python -m experiments.plan_sample                   # 1.5B and 7B, three meshes
+    .venv/bin/python -m experiments.plan_sample --presets=qwen2.5-coder-7b --layouts=fsdp8
+
+The sampling twin of experiments/plan_train.py (the planning is :mod:`maxk_jax.sample_plan`):
+nothing is allocated, the weights, the shared-prefix KV cache and the loop inputs are sharded
+``jax.ShapeDtypeStruct``s. For every preset and mesh it compiles the decode loop twice: from the
+trainer's weights as they are (``training``: float32, ``embed`` over fsdp -- how the sampler
+decoded before the rollout copy) and from the rollout copy (``rollout``:
+:mod:`maxk_jax.sampling.rollout_copy`, compute dtype, replicated over data, tensor-parallel on
+the rollout mesh), and prints, per mesh, the line
+
+    decode-loop collective bytes per token: <bytes> (<percent> of the bf16 weight bytes)
+
+(bytes per device of every collective in the compiled loop body, times how often it runs per
+token), the per-device bytes of weights, KV cache and temporaries, the largest collectives, the
+KV cache of the shared-prefix example (``--kv_example``) and a memory-bandwidth roofline of one
+decode step. Writes ``plan_sample.{json,md}`` to ``--results_dir``.
+"""
+from __future__ import annotations
+
+import os  # isort: skip
+
+NUM_DEVICES = 8
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in _flags:
+    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count={NUM_DEVICES}"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import json  # noqa: E402
+import pathlib  # noqa: E402
+
+from absl import app, flags  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from maxk_jax import cli, memory_plan, sample_plan  # noqa: E402
+from maxk_jax.models import qwen2  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("presets", ["qwen2.5-coder-1.5b", "qwen2.5-coder-7b"], f"Model presets, of {sorted(qwen2.PRESETS)}.")
+flags.DEFINE_list("layouts", ["fsdp8", "fsdp4_tensor2", "data2_tensor4"],
+                  "Training meshes to plan (sizes multiply to 8), e.g. fsdp4_tensor2.")
+flags.DEFINE_list("params_layouts", ["training", "rollout"],
+                  "Weights to decode from: 'training' (the trainer's, as before the rollout copy), 'rollout'.")
+flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"], "Compute dtype (the rollout copy's dtype).")
+flags.DEFINE_integer("prompts", 16, "Prompts per rollout (experiments/configs/base.py: 16).")
+flags.DEFINE_integer("n", 8, "Samples per prompt (paper: 8).")
+flags.DEFINE_integer("prompt_len", 512, "Prompt length in tokens (bucketed as the sampler does).")
+flags.DEFINE_integer("new_tokens", 256, "New tokens per sample (paper: 256).")
+flags.DEFINE_list("kv_example", ["1", "128", "1024", "256"],
+                  "prompts,n,prompt_len,new_tokens of the KV-cache example printed for the 7B preset.")
+flags.DEFINE_integer("top", 5, "Largest collectives listed per plan.")
+flags.DEFINE_string("results_dir", "runs/plan_sample", "Directory for plan_sample.{json,md}.")
+
+GIB = 1024 ** 3
+
+
+def _check_flags() -> None:
+    memory_plan.check_device_count(NUM_DEVICES)
+    for preset in FLAGS.presets:
+        if preset not in qwen2.PRESETS:
+            raise ValueError(f"--presets: unknown preset {preset!r}; available: {sorted(qwen2.PRESETS)}")
+    for layout in FLAGS.layouts:
+        memory_plan.layout_sizes(layout, NUM_DEVICES)
+    for p in FLAGS.params_layouts:
+        if p not in ("training", "rollout"):
+            raise ValueError(f"--params_layouts: {p!r} is not 'training' or 'rollout'")
+    for name in ("prompts", "n", "prompt_len", "new_tokens"):
+        if getattr(FLAGS, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
+    if len(FLAGS.kv_example) != 4 or not all(v.isdigit() and int(v) > 0 for v in FLAGS.kv_example):
+        raise ValueError(f"--kv_example must be four positive ints prompts,n,prompt_len,new_tokens, "
+                         f"got {FLAGS.kv_example}")
+
+
+def _row_markdown(preset: str, r: dict) -> str:
+    return (f"| {preset} | {r['mesh']} | {r['params_layout']} | {r['decode_mesh']} | "
+            f"{r['weights'] / GIB:.2f} | {r['kv_cache'] / GIB:.3f} | {r['temps'] / GIB:.2f} | "
+            f"{(r['temps'] - r['cpu_weight_upcast']) / GIB:.2f} | {r['collective_bytes_per_token']:,} | "
+            f"{100 * r['collective_bytes_per_token'] / r['weight_bytes_bf16']:.3f} |")
+
+
+def _roofline_markdown(rows: list[dict]) -> list[str]:
+    """Before (training weights, the n-fold power-of-two KV cache) vs after (rollout copy, shared
+    prefix) per preset and mesh: bytes read per decode step per device and the tokens/s bound."""
+    chips = list(sample_plan.BANDWIDTH)
+    out = ["", f"Roofline of one decode step ({FLAGS.prompts * FLAGS.n} rows): bytes read per device = weights + "
+           "KV cache + collective results; tokens/s <= rows x bandwidth / bytes read (interconnect time "
+           "not included).", "",
+           "| preset | mesh | before GiB/step | after GiB/step | " + " | ".join(
+               f"before tok/s {c} | after tok/s {c}" for c in chips) + " |",
+           "|---|---|---:|---:|" + "---:|---:|" * len(chips)]
+    by_key = {(r["preset"], r["mesh"], r["params_layout"]): r for r in rows}
+    for (preset, mesh, layout), before in by_key.items():
+        after = by_key.get((preset, mesh, "rollout"))
+        if layout != "training" or after is None:
+            continue
+        sizes = memory_plan.parse_layout(mesh)
+        config = qwen2.preset(preset, dtype=FLAGS.dtype)
+        old_kv = sample_plan.repeated_kv_bytes(config, FLAGS.prompts, FLAGS.n, FLAGS.prompt_len,
+                                               FLAGS.new_tokens) // (sizes["data"] * sizes["fsdp"])
+        b, a = sample_plan.roofline(before, kv_cache=old_kv), sample_plan.roofline(after)
+        out.append(f"| {preset} | {mesh} | {b['bytes_read'] / GIB:.2f} | {a['bytes_read'] / GIB:.2f} | "
+                   + " | ".join(f"{b[c]:,.0f} | {a[c]:,.0f}" for c in chips) + " |")
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    with cli.user_errors():
+        _check_flags()
+    rows, lines = [], []
+    table = [f"Decode loop, {FLAGS.prompts} prompts x n={FLAGS.n} = {FLAGS.prompts * FLAGS.n} rows, "
+             f"{FLAGS.prompt_len}-token prompts, {FLAGS.new_tokens} new tokens, compute {FLAGS.dtype}; "
+             f"{NUM_DEVICES} simulated CPU devices, per-device bytes from the compiled loop.", "",
+             f"| preset | mesh | weights | decode mesh | weights GiB | KV GiB | temps GiB (XLA:CPU) | "
+             f"temps GiB w/o CPU bf16->f32 weight copies | collective B/token | % of bf16 weights |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    jobs = [(p, lay, pl) for p in FLAGS.presets for lay in FLAGS.layouts for pl in FLAGS.params_layouts]
+    for preset, layout, params_layout in tqdm(jobs, desc="plans"):
+        config = qwen2.preset(preset, dtype=FLAGS.dtype, param_dtype="float32")
+        r = sample_plan.plan_decode(config, layout, params_layout, prompts=FLAGS.prompts, n=FLAGS.n,
+                                    prompt_len=FLAGS.prompt_len, new_tokens=FLAGS.new_tokens)
+        r["preset"] = preset
+        rows.append(r)
+        lines.append(f"{preset} {sample_plan.collective_line(r)}")
+        lines += [f"    {op} {shape} {b:,} B x {times}" for op, shape, b, times in
+                  sample_plan.summarize_collectives(r)[:FLAGS.top]]
+        table.append(_row_markdown(preset, r))
+    p, n, tp, t = (int(v) for v in FLAGS.kv_example)
+    kv = "qwen2.5-coder-7b"
+    config = qwen2.preset(kv, dtype=FLAGS.dtype)
+    shared = sample_plan.kv_cache_bytes(config, p, n, tp, t)
+    repeated = sample_plan.repeated_kv_bytes(config, p, n, tp, t)
+    kv_line = (f"{kv} KV cache, {p} prompt(s) of {tp} tokens x n={n}, {t} new tokens, {FLAGS.dtype}: "
+               f"{shared / GIB:.3f} GiB shared-prefix (before: {repeated / GIB:.3f} GiB, the prompt copied n "
+               f"times at a power-of-two bucket)")
+    report = "\n".join(lines + ["", kv_line, ""] + table + _roofline_markdown(rows)) + "\n"
+    out = pathlib.Path(FLAGS.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan_sample.md").write_text(report)
+    (out / "plan_sample.json").write_text(json.dumps({"rows": rows, "kv_example": {
+        "shared": shared, "repeated": repeated, "shape": [p, n, tp, t]}}, indent=1))
+    print(report)
+    print(f"wrote {out}/plan_sample.{{md,json}}")
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

@@ -1,0 +1,130 @@
+"""The rollout copy of the policy: the weights in a layout made for decoding, made once per RL step.
+
+The trainer keeps its parameters where training wants them: float32, the ``embed`` axis split
+over ``fsdp`` (ZeRO-3). Decoding from that layout makes XLA all-gather every fsdp-split matrix
+inside the decode loop, at every generated token (the 7B model on fsdp8: ~27 GB received per
+device per token). The rollout copy is the same weights, made once per RL step by ONE jitted
+cast-and-reshard (:meth:`RolloutLayout.copy`), on a **rollout mesh** over the same devices:
+
+* **mesh** (:func:`rollout_mesh`): the training mesh's devices in the same order, re-viewed as
+  ``data = devices / t``, ``fsdp = 1``, ``tensor = t``, where ``t`` is the most tensor ways that
+  divide the KV-head count (and the head count) and one host's devices: tensor parallelism never
+  splits a KV head, so each device reads and writes only its own heads' cache, and stays inside
+  a host; the rest of the devices split the sample rows. Decoding is memory-bound, and a tensor
+  group reads the weights once per step for all its rows, so more tensor ways mean more tokens
+  per byte read (7B, 4 KV heads: ``data2 x tensor4`` on 8 chips).
+* **layout** (:data:`DECODE_RULES`): weights replicated over ``data`` (no parameter byte moves
+  between devices inside the decode loop), tensor-parallel over ``tensor`` (heads, KV heads, MLP
+  and vocabulary axes). The loop's only collectives are the activations' all-reduces of
+  tensor parallelism and the gather of each row's logits before drawing a token.
+* **dtype**: the model's compute dtype by default (bf16 for the accelerator presets, float32 for
+  the CPU configs). The model casts every parameter to its compute dtype before use, so the copy
+  gives the same logits as decoding from the trainer's weights (up to the reduction order of a
+  different sharding).
+
+The sampler takes the copy with the rollout mesh (``sampling.generate(config, layout.copy(params),
+..., mesh=layout.mesh)``); the caller drops the copy after sampling, so its memory is free again
+before the update. Per device it holds ``weight bytes / t``. ``experiments/plan_sample.py``
+prints those bytes and the collective bytes of the compiled decode loop.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh
+
+from maxk_jax import sharding as sharding_lib
+from maxk_jax.models import qwen2
+
+Params = Any
+
+#: The training rules with the parameters' ``embed`` axis replicated: no fsdp split of any weight.
+DECODE_RULES: tuple[tuple[str, Any], ...] = tuple(
+    (name, None if name == "embed" else axes) for name, axes in sharding_lib.LOGICAL_RULES)
+
+
+def rollout_tensor_size(config: qwen2.Qwen2Config, num_devices: int, local_devices: int,
+                        max_tensor: int = 0) -> int:
+    """Tensor-parallel ways of the rollout mesh: the largest ``t`` that divides the KV-head and
+    the head count, the device count and the devices of one process (tensor parallelism stays
+    inside a host), and is at most ``max_tensor`` (0 = no cap)."""
+    if max_tensor < 0:
+        raise ValueError(f"max_tensor must be >= 0 (0 = no cap), got {max_tensor}")
+    cap = max_tensor or num_devices
+    return max(t for t in range(1, min(cap, local_devices) + 1)
+               if config.num_kv_heads % t == 0 and config.num_heads % t == 0 and num_devices % t == 0
+               and local_devices % t == 0)
+
+
+def rollout_mesh(config: qwen2.Qwen2Config, mesh: Mesh, max_tensor: int = 0) -> Mesh:
+    """``mesh``'s devices (same order) as a ``(data, 1, t)`` mesh, ``t`` =
+    :func:`rollout_tensor_size`; ``mesh`` itself when it already has that shape. Memory-bound
+    decoding reads the weights once per step for all rows of a tensor group, so the most tensor
+    ways the heads allow give the most tokens per byte read (``experiments/plan_sample.py``)."""
+    devices = np.asarray(mesh.devices)
+    local = sum(d.process_index == devices.flat[0].process_index for d in devices.flat)
+    t = rollout_tensor_size(config, devices.size, local, max_tensor)
+    shape = (devices.size // t, 1, t)
+    if tuple(devices.shape) == shape:
+        return mesh
+    return Mesh(devices.reshape(shape), sharding_lib.MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+
+
+def rollout_dtype(config: qwen2.Qwen2Config, dtype: str = "auto") -> jnp.dtype:
+    """The copy's dtype: "auto" = the model's compute dtype (the model casts to it anyway), or
+    "bfloat16" / "float32". ValueError names any other value."""
+    if dtype == "auto":
+        return jnp.dtype(config.compute_dtype)
+    if dtype not in ("bfloat16", "float32"):
+        raise ValueError(f"rollout copy dtype must be 'auto', 'bfloat16' or 'float32', got {dtype!r}")
+    return jnp.dtype(dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RolloutLayout:
+    """Where and how the rollout copy lives: ``mesh`` (the rollout mesh), ``dtype``, ``shardings``
+    (a tree of ``NamedSharding`` like the params). Build with :meth:`create`."""
+
+    config: qwen2.Qwen2Config
+    mesh: Mesh
+    dtype: jnp.dtype
+    shardings: Params
+    jitted_copy: Any = dataclasses.field(repr=False)
+
+    @classmethod
+    def create(cls, config: qwen2.Qwen2Config, mesh: Mesh, dtype: str = "auto", max_tensor: int = 0
+               ) -> RolloutLayout:
+        """The layout for decoding ``config`` on ``mesh``'s devices (see the module docstring;
+        ``max_tensor`` caps the rollout mesh's tensor ways, 0 = no cap)."""
+        target = rollout_dtype(config, dtype)
+        rmesh = rollout_mesh(config, mesh, max_tensor)
+        shardings = sharding_lib.param_shardings(rmesh, qwen2.logical_axes(config), qwen2.abstract_params(config),
+                                                 DECODE_RULES)
+        jitted = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(target), p), out_shardings=shardings)
+        return cls(config=config, mesh=rmesh, dtype=target, shardings=shardings, jitted_copy=jitted)
+
+    @property
+    def tensor(self) -> int:
+        """Tensor-parallel ways of the rollout mesh."""
+        return self.mesh.shape["tensor"]
+
+    def abstract(self) -> Params:
+        """The copy as sharded ``jax.ShapeDtypeStruct``s (AOT plans: no weights needed)."""
+        return jax.tree.map(lambda s, d: jax.ShapeDtypeStruct(s.shape, self.dtype, sharding=d),
+                            qwen2.abstract_params(self.config), self.shardings)
+
+    def copy(self, params: Params) -> Params:
+        """params (any placement, any float dtype) -> the rollout copy: every leaf cast to
+        ``dtype`` and resharded onto ``shardings`` by one jitted program (nothing donated: the
+        trainer keeps its params)."""
+        return self.jitted_copy(params)
+
+    def bytes_per_device(self) -> int:
+        """Bytes of one device's shard of the copy."""
+        return sum(math.prod(leaf.sharding.shard_shape(leaf.shape)) * self.dtype.itemsize
+                   for leaf in jax.tree.leaves(self.abstract()))
