@@ -24,7 +24,11 @@ import tempfile  # isort: skip
 
 # XLA reads its flags when JAX starts, so before importing JAX: the simulated CPU devices, and where
 # XLA writes each planned module's buffer assignment (read by ``memory_plan.temp_breakdown``)
-NUM_DEVICES = 8
+import sys  # isort: skip
+
+# --devices must be known before JAX starts (it sizes the simulated CPU platform)
+_dev = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--devices=")]
+NUM_DEVICES = int(_dev[-1]) if _dev and _dev[-1].isdigit() and int(_dev[-1]) > 0 else 8
 _DUMP_DIR = tempfile.mkdtemp(prefix="plan_train_xla_")
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
@@ -55,11 +59,58 @@ flags.DEFINE_integer("k", 4, "Training k of the estimator.")
 flags.DEFINE_float("kl_beta", 0.01, "KL coefficient (> 0 adds ref_logp to the batch).")
 flags.DEFINE_bool("plan_ref", True, "Also plan the reference log-prob pass for the first layout.")
 flags.DEFINE_integer("breakdown", 12, "Largest temp buffers listed per planned module.")
+flags.DEFINE_integer("devices", 8, "Simulated devices (chips) of the planned slice; layouts must use all of them.")
+flags.DEFINE_enum("mu_dtype", "float32", ["float32", "bfloat16"], "Adam first-moment dtype (optax mu_dtype).")
+flags.DEFINE_enum("ref_dtype", "float32", ["float32", "bfloat16"], "Storage dtype of the KL reference weights.")
+flags.DEFINE_bool("plan_sampler", True, "Also plan the rollout phase (rollout copy, KV cache, decode loop) and "
+                  "print the whole RL step's peak per device.")
+flags.DEFINE_list("chip_gib", ["74.5:H100 80GB", "32:TPU v4 (32 GiB)", "16:TPU v5e (16 GiB)"],
+                  "GiB:name of chips to check the step's peak against (85 %% of each).")
+
+
+def step_peak_markdown(config: qwen2.Qwen2Config, rows: list[dict]) -> str:
+    """The whole RL step per device, phase by phase, for the first layout (the one whose
+    reference pass is planned): the train state and the KL reference weights live throughout;
+    the rollout phase adds the rollout copy, KV cache and decode temps (freed before the update);
+    the reference pass and the update add their own args and temps. Peak against each --chip_gib."""
+    from maxk_jax import sample_plan
+
+    train = rows[0]
+    ref = next((r for r in rows if r["layout"].endswith("ref-logp pass")), None)
+    cfg = config.replace(dtype=FLAGS.dtype)
+    sample = sample_plan.plan_decode(cfg, train["layout"], "rollout", prompts=FLAGS.prompts, n=FLAGS.n,
+                                     prompt_len=FLAGS.prompt_len, new_tokens=FLAGS.completion_len)
+    state = train["state_analytic"]
+    ref_w = ref["state_analytic"] if ref else 0
+    decode_temps = sample["temps"] - sample["cpu_weight_upcast"]
+    phases = {
+        "rollout (state + reference + rollout copy + KV + decode temps)":
+            state + ref_w + sample["weights"] + sample["kv_cache"] + decode_temps,
+        "reference pass (state + its args + temps)": state + (ref["args"] + ref["temps"] if ref else 0),
+        "update (reference + train step args + temps)": ref_w + train["args"] + train["temps"] - train["alias"]
+        + train["outputs"],
+    }
+    peak = max(phases.values())
+    out = (f"\n**Whole RL step per device, {train['layout']}** (Adam mu {FLAGS.mu_dtype}, reference weights "
+           f"{FLAGS.ref_dtype}, remat {FLAGS.remat}; rollout copy {sample['decode_mesh']}, decode temps without "
+           "XLA:CPU's bf16->f32 weight copies):\n\n| phase | GiB per device |\n|---|---:|\n")
+    out += "".join(f"| {name} | {v / GIB:.2f} |\n" for name, v in phases.items())
+    out += f"| **peak** | **{peak / GIB:.2f}** |\n\n| chip | 85 % of memory GiB | fits |\n|---|---:|---|\n"
+    for spec in FLAGS.chip_gib:
+        gib, name = spec.split(":", 1)
+        budget = 0.85 * float(gib)
+        out += f"| {name} | {budget:.1f} | {'yes' if peak / GIB <= budget else 'no'} |\n"
+    return out
+
+
+GIB = 1024 ** 3
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    if FLAGS.devices != NUM_DEVICES:
+        raise app.UsageError(f"--devices={FLAGS.devices} must be given as --devices=N (got {NUM_DEVICES} devices)")
     config = memory_plan.config_from_flags(NUM_DEVICES)
     from maxk_jax.rl.losses import LossConfig
     from maxk_jax.sampling import SamplerSettings
@@ -77,16 +128,19 @@ def main(argv: list[str]) -> None:
         rows += memory_plan.plan_train_step(
             config, cfg, layout, sequences=b, prompt_len=FLAGS.prompt_len,
             completion_len=FLAGS.completion_len, dump_dir=_DUMP_DIR, breakdown=FLAGS.breakdown,
-            ref=FLAGS.plan_ref and i == 0)
+            ref=FLAGS.plan_ref and i == 0, mu_dtype=FLAGS.mu_dtype, ref_dtype=FLAGS.ref_dtype)
     header = (f"{FLAGS.preset} ({config.num_layers} layers, {qwen2.param_count(config):,} params): RL "
               f"train_step ({FLAGS.estimator}, k={FLAGS.k}, {cfg.kind} loss, KL beta {FLAGS.kl_beta}) on "
               f"{FLAGS.prompts} prompts x n={FLAGS.n} = {b} sequences of {FLAGS.prompt_len}+"
               f"{FLAGS.completion_len} tokens, {m} micro-batches of {b // m}; params {FLAGS.param_dtype}, "
-              f"compute {FLAGS.dtype}, remat {FLAGS.remat}, Adam; {NUM_DEVICES} simulated CPU devices; "
+              f"compute {FLAGS.dtype}, remat {FLAGS.remat}, Adam (mu {FLAGS.mu_dtype}), reference weights "
+              f"{FLAGS.ref_dtype}; {NUM_DEVICES} simulated CPU devices; "
               "per-device bytes from compiled.memory_analysis() (state donated: outputs alias args)")
     table = memory_plan.to_markdown(rows, header) + memory_plan.state_markdown(rows)
     table += memory_plan.breakdown_markdown(rows, config.vocab_size,
                                             (FLAGS.completion_len, FLAGS.prompt_len + FLAGS.completion_len))
+    if FLAGS.plan_sampler:
+        table += step_peak_markdown(config, rows)
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan_train.md").write_text(table)

@@ -226,13 +226,15 @@ def temp_breakdown(dump_dir: str, module: str, top: int, vocab: int) -> dict[str
 
 def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str, *,
                     sequences: int, prompt_len: int, completion_len: int, dump_dir: str,
-                    breakdown: int, ref: bool) -> list[Row]:
-    """AOT-compile the RL train step (Adam, lr 5e-6) on ``sequences`` rows of ``prompt_len +
-    completion_len`` tokens for one layout -> [its row] (+ the reference log-prob pass's row when
-    ``ref``). Each row also has ``temp_breakdown`` (``breakdown`` largest temps, read from
+                    breakdown: int, ref: bool, mu_dtype: str | None = None,
+                    ref_dtype: str | None = None) -> list[Row]:
+    """AOT-compile the RL train step (Adam, lr 5e-6, first moment in ``mu_dtype``) on
+    ``sequences`` rows of ``prompt_len + completion_len`` tokens for one layout -> [its row] (+ the
+    reference log-prob pass's row when ``ref``, its weights stored in ``ref_dtype``, default the
+    params'). Each row also has ``temp_breakdown`` (``breakdown`` largest temps, read from
     ``dump_dir``) and ``state_analytic`` (bytes of this device's shard of the state / params)."""
     mesh = sh.make_mesh(**parse_layout(layout))
-    tx, schedule = training.make_optimizer(5e-6, total_steps=1000)
+    tx, schedule = training.make_optimizer(5e-6, total_steps=1000, mu_dtype=mu_dtype)
     state, shardings = training.abstract_train_state(config, tx, mesh)
     batch = abstract_batch(mesh, sequences, prompt_len, completion_len, cfg.loss.kl_beta > 0)
     step = training.make_train_step(config, cfg, tx, mesh, shardings, schedule=schedule)
@@ -244,11 +246,13 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
     rows = [row]
     if ref:
         fn = training.make_logprob_fn(config, cfg, mesh, shardings.params)
+        ref_params = state.params if ref_dtype is None else jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, jnp.dtype(ref_dtype), sharding=x.sharding), state.params)
         t0 = time.perf_counter()
-        compiled = fn.lower(state.params, batch.replace(ref_logp=None)).compile()
+        compiled = fn.lower(ref_params, batch.replace(ref_logp=None)).compile()
         ref_row = memory_row(f"{layout} ref-logp pass", compiled, time.perf_counter() - t0)
         ref_row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_fn", breakdown, config.vocab_size)
-        ref_row["state_analytic"] = state_bytes_per_device(state.params)
+        ref_row["state_analytic"] = state_bytes_per_device(ref_params)
         rows.append(ref_row)
     return rows
 

@@ -1,6 +1,6 @@
 """maxk_jax.sample_plan: HLO collective accounting (nested loops counted by trip count) and the
 decode plans: decoding from the trainer's fsdp weights all-gathers them at every token, the
-rollout copy moves (almost) no bytes; experiments/plan_sample end to end (slow)."""
+rollout copy moves (almost) no bytes; experiments/plan_sample end to end."""
 import os
 import subprocess
 import sys
@@ -98,7 +98,6 @@ def test_cli_rejects_bad_flags_in_one_line(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.slow
 def test_cli_prints_one_collective_line_per_mesh_under_one_percent(tmp_path):
     out = _plan("--presets=qwen2.5-coder-1.5b", "--params_layouts=rollout", f"--results_dir={tmp_path}")
     assert out.returncode == 0, out.stderr

@@ -267,7 +267,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         cfg.optim.learning_rate, total_steps=total * cfg.algo.ppo_iterations,
         schedule=cfg.optim.schedule, warmup_steps=cfg.optim.warmup_steps, b1=cfg.optim.b1,
         b2=cfg.optim.b2, eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
-        max_grad_norm=cfg.optim.max_grad_norm or None)
+        max_grad_norm=cfg.optim.max_grad_norm or None, mu_dtype=cfg.optim.mu_dtype or None)
     abstract, shardings = training.abstract_train_state(model_config, tx, mesh)
     if restoring:
         try:
@@ -287,6 +287,8 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         state, _ = training.create_train_state(model_config, params, tx, mesh)
         start, rng = 0, jax.random.key(cfg.seed)
     ref_params = params if cfg.algo.loss.kl_beta > 0 else None
+    if ref_params is not None and cfg.model.reference_dtype:
+        ref_params = jax.tree.map(lambda x: x.astype(cfg.model.reference_dtype), ref_params)
     del params
     train_step = training.make_train_step(
         model_config, cfg_step, tx, mesh, shardings, schedule=schedule,

@@ -95,7 +95,9 @@ def _sampler(s: Any, section: str, *, min_new_tokens: int) -> None:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelSettings:
     """path: HF Qwen2 directory (required to run); tokenizer_path ("" = path); dtype: parameter and
-    optimizer-state dtype; compute_dtype: matmul dtype ("" = dtype); remat: rematerialise decoder
+    optimizer-state dtype; compute_dtype: matmul dtype ("" = dtype); reference_dtype: storage of
+    the frozen KL reference weights ("" = dtype; "bfloat16" halves them: the reference pass
+    computes in compute_dtype anyway); remat: rematerialise decoder
     layers; logprob_chunk: vocabulary columns per chunk of the log-prob passes (train step,
     reference pass; None = ``logprobs.pick_vocab_chunk(V)``, divisor of V in [4096, 8192])."""
 
@@ -104,6 +106,7 @@ class ModelSettings:
     tokenizer_path: str = ""
     dtype: str = "float32"
     compute_dtype: str = "bfloat16"
+    reference_dtype: str = ""
     remat: bool = True
     logprob_chunk: int | None = None
 
@@ -114,6 +117,8 @@ class ModelSettings:
             raise ValueError(f"model.dtype={self.dtype!r} must be 'float32' or 'bfloat16'")
         if self.compute_dtype not in ("",) + DTYPES:
             raise ValueError(f"model.compute_dtype={self.compute_dtype!r} must be '', 'float32' or 'bfloat16'")
+        if self.reference_dtype not in ("",) + DTYPES:
+            raise ValueError(f"model.reference_dtype={self.reference_dtype!r} must be '', 'float32' or 'bfloat16'")
         _check_type(self.remat, "model.remat", bool)
         if self.logprob_chunk is not None:
             _check_int(self.logprob_chunk, "model.logprob_chunk")
@@ -248,7 +253,9 @@ class AlgoSettings:
 class OptimSettings:
     """Adam (AdamW when weight_decay > 0): learning_rate, ``schedule`` (constant | cosine |
     linear) after ``warmup_steps`` linear warm-up updates, b1 / b2 / eps, global-norm clipping
-    ``max_grad_norm`` (0 = off), gradient accumulation ``micro_batches`` (divides the prompts)."""
+    ``max_grad_norm`` (0 = off), gradient accumulation ``micro_batches`` (divides the prompts),
+    ``mu_dtype`` of Adam's first moment ("" = the parameters' dtype; "bfloat16" saves 2 bytes per
+    parameter, optax's ``mu_dtype``)."""
 
     SECTION: ClassVar[str] = "optim"
     learning_rate: float = 5e-6
@@ -260,6 +267,7 @@ class OptimSettings:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     micro_batches: int = 1
+    mu_dtype: str = ""
 
     def __post_init__(self) -> None:
         _check_real(self.learning_rate, "optim.learning_rate", "a finite number > 0", self.learning_rate > 0)
@@ -273,6 +281,8 @@ class OptimSettings:
         _check_real(self.max_grad_norm, "optim.max_grad_norm", "a finite number >= 0 (0 = off)",
                     self.max_grad_norm >= 0)
         _check_int(self.micro_batches, "optim.micro_batches")
+        if self.mu_dtype not in ("",) + DTYPES:
+            raise ValueError(f"optim.mu_dtype={self.mu_dtype!r} must be '', 'float32' or 'bfloat16'")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

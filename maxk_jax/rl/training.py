@@ -195,11 +195,12 @@ class TrainState:
 def make_optimizer(learning_rate: float, *, total_steps: int, schedule: str = "constant",
                    warmup_steps: int = 0, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                    weight_decay: float = 0.0, max_grad_norm: float | None = 1.0,
-                   final_lr_fraction: float = 0.0
+                   final_lr_fraction: float = 0.0, mu_dtype: str | None = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """Adam (paper: lr 5e-6) with optional global-norm clipping, linear warmup and a "constant" |
     "cosine" | "linear" decay over ``total_steps`` updates down to ``final_lr_fraction`` x the
-    learning rate; AdamW when weight_decay > 0.  The one optimizer of the RL step and the warm-up.
+    learning rate; AdamW when weight_decay > 0; ``mu_dtype`` ("bfloat16" / "float32", None = the
+    parameters' dtype) stores Adam's first moment.  The one optimizer of the RL step and the warm-up.
     Returns ``(tx, schedule)`` (the schedule maps the update count to the learning rate)."""
     if not (isinstance(learning_rate, numbers.Real) and learning_rate > 0):
         raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
@@ -224,8 +225,10 @@ def make_optimizer(learning_rate: float, *, total_steps: int, schedule: str = "c
         raise ValueError(f"schedule={schedule!r} is not one of ('constant', 'cosine', 'linear')")
     sched = main if warmup_steps == 0 else optax.join_schedules(
         [optax.linear_schedule(0.0, learning_rate, warmup_steps), main], [warmup_steps])
-    adam = (optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay) if weight_decay
-            else optax.adam(sched, b1=b1, b2=b2, eps=eps))
+    if mu_dtype not in (None, "float32", "bfloat16"):
+        raise ValueError(f"mu_dtype={mu_dtype!r} must be None, 'float32' or 'bfloat16'")
+    adam = (optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mu_dtype=mu_dtype) if weight_decay
+            else optax.adam(sched, b1=b1, b2=b2, eps=eps, mu_dtype=mu_dtype))
     parts = ([optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm is not None else []) + [adam]
     return optax.chain(*parts), sched
 
@@ -509,8 +512,11 @@ def make_train_step(model_config: qwen2.Qwen2Config, cfg: StepConfig, tx: optax.
         jitted = jax.jit(step, in_shardings=(shardings, rows, replicated),
                          out_shardings=(shardings, replicated, rows), donate_argnums=(0,))
     else:  # π_old = batch.old_logp; the log-probs are not returned (XLA drops them)
-        jitted = jax.jit(lambda state, batch: step(state, batch, jnp.bool_(False))[:2],
-                         in_shardings=(shardings, rows), out_shardings=(shardings, replicated),
+        def step_given_old_logp(state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, jax.Array]]:
+            return step(state, batch, jnp.bool_(False))[:2]
+
+        step_given_old_logp.__name__ = "step"   # one XLA module name (jit_step) for both modes
+        jitted = jax.jit(step_given_old_logp, in_shardings=(shardings, rows), out_shardings=(shardings, replicated),
                          donate_argnums=(0,))
     return MeshFunction(jitted, mesh)
 
