@@ -346,3 +346,16 @@ def test_trainer_old_logp_makes_iteration_zero_exactly_on_policy(params):
     for key in m1_ref:
         np.testing.assert_allclose(m1[key], m1_ref[key], rtol=1e-6, atol=1e-7, err_msg=key)
     assert m1["is_log_ratio_abs_max"] > 1e-3
+
+
+def test_adam_first_moment_dtype():
+    """optim.mu_dtype: Adam's first moment stored in bfloat16 (the second stays float32)."""
+    import optax
+
+    params = {"w": jnp.ones((3, 4), jnp.float32)}
+    tx, _ = training.make_optimizer(1e-3, total_steps=10, mu_dtype="bfloat16")
+    adam = [s for s in jax.tree.leaves(tx.init(params), is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
+            if isinstance(s, optax.ScaleByAdamState)][0]
+    assert adam.mu["w"].dtype == jnp.bfloat16 and adam.nu["w"].dtype == jnp.float32
+    with pytest.raises(ValueError, match="mu_dtype='f8'"):
+        training.make_optimizer(1e-3, total_steps=10, mu_dtype="f8")
