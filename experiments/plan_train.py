@@ -86,14 +86,15 @@ def step_peak_markdown(config: qwen2.Qwen2Config, rows: list[dict]) -> str:
     phases = {
         "rollout (state + reference + rollout copy + KV + decode temps)":
             state + ref_w + sample["weights"] + sample["kv_cache"] + decode_temps,
-        "reference pass (state + its args + temps)": state + (ref["args"] + ref["temps"] if ref else 0),
+        "reference pass (state + its args + temps)":
+            state + (ref["args"] + ref["temps"] - ref["cpu_weight_upcast"] if ref else 0),
         "update (reference + train step args + temps)": ref_w + train["args"] + train["temps"] - train["alias"]
-        + train["outputs"],
+        + train["outputs"] - train["cpu_weight_upcast"],
     }
     peak = max(phases.values())
     out = (f"\n**Whole RL step per device, {train['layout']}** (Adam mu {FLAGS.mu_dtype}, reference weights "
-           f"{FLAGS.ref_dtype}, remat {FLAGS.remat}; rollout copy {sample['decode_mesh']}, decode temps without "
-           "XLA:CPU's bf16->f32 weight copies):\n\n| phase | GiB per device |\n|---|---:|\n")
+           f"{FLAGS.ref_dtype}, remat {FLAGS.remat}; rollout copy {sample['decode_mesh']}, temps without "
+           "XLA:CPU's float32 copies of bf16 weights, which GPU / TPU compilers do not make):\n\n| phase | GiB per device |\n|---|---:|\n")
     out += "".join(f"| {name} | {v / GIB:.2f} |\n" for name, v in phases.items())
     out += f"| **peak** | **{peak / GIB:.2f}** |\n\n| chip | 85 % of memory GiB | fits |\n|---|---:|---|\n"
     for spec in FLAGS.chip_gib:

@@ -224,6 +224,52 @@ def temp_breakdown(dump_dir: str, module: str, top: int, vocab: int) -> dict[str
     return {"temp_bytes": total, "largest": [as_row(k) for k in ranked[:top]], "vocab_f32": vocab_f32}
 
 
+# ---- compiled-HLO text: shapes, computations, CPU-only weight copies ----
+
+ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
+            "f32": 4, "s64": 8, "u64": 8, "f64": 8}
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.+?) ([\w\-]+)\(")
+_SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16)\[([\d,]*)\]")
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO result shape (a tuple's elements summed): ``'(f32[2,3], bf16[4])'`` -> 32."""
+    return sum(ITEMSIZE[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _SHAPE.findall(shape))
+
+
+def parse_hlo(text: str) -> dict[str, list[tuple[str, str, str, str]]]:
+    """HLO module text -> {computation name: [(instruction name, result shape, opcode, line)]}."""
+    comps: dict[str, list[tuple[str, str, str, str]]] = {}
+    current = None
+    for line in text.splitlines():
+        m = _COMPUTATION.match(line)
+        if m and not line.startswith(" "):     # headers start at column 0, instructions are indented
+            current = m.group(1)
+            comps[current] = []
+            continue
+        m = _INSTRUCTION.match(line)
+        if m and current is not None:
+            comps[current].append((m.group(1), m.group(2), m.group(3), line))
+    return comps
+
+
+def cpu_weight_upcast(text: str, params: Any) -> int:
+    """Bytes of float32 copies of bfloat16 weights in a compiled module (``convert`` to f32 of a
+    shape equal to a bf16 parameter's per-device shard): XLA:CPU has no bf16 matmul and converts
+    the weights once, outside the loop; GPU / TPU multiply bf16 directly, so these temps are a
+    CPU artefact of the plan (0 for float32 weights)."""
+    shards = {",".join(map(str, leaf.sharding.shard_shape(leaf.shape))) for leaf in jax.tree.leaves(params)
+              if leaf.dtype == jnp.bfloat16}
+    total = 0
+    for comp in parse_hlo(text).values():
+        for _, shape, op, _ in comp:
+            m = re.fullmatch(r"f32\[([\d,]*)\]\{[\d,]*\}", shape.strip())
+            if op == "convert" and m and m.group(1) in shards:
+                total += shape_bytes(shape)
+    return total
+
+
 def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str, *,
                     sequences: int, prompt_len: int, completion_len: int, dump_dir: str,
                     breakdown: int, ref: bool, mu_dtype: str | None = None,
@@ -243,6 +289,7 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
     row = memory_row(layout, compiled, time.perf_counter() - t0)
     row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_step", breakdown, config.vocab_size)
     row["state_analytic"] = state_bytes_per_device(state)
+    row["cpu_weight_upcast"] = cpu_weight_upcast(compiled.as_text(), state.params)
     rows = [row]
     if ref:
         fn = training.make_logprob_fn(config, cfg, mesh, shardings.params)
@@ -253,6 +300,7 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
         ref_row = memory_row(f"{layout} ref-logp pass", compiled, time.perf_counter() - t0)
         ref_row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_fn", breakdown, config.vocab_size)
         ref_row["state_analytic"] = state_bytes_per_device(ref_params)
+        ref_row["cpu_weight_upcast"] = cpu_weight_upcast(compiled.as_text(), ref_params)
         rows.append(ref_row)
     return rows
 

@@ -34,38 +34,12 @@ from maxk_jax.sampling import (SamplerSettings, batch_shards, cache_shardings, d
                                prompt_length_bucket, rollout_copy)
 
 GIB = 1024 ** 3
-ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
-            "f32": 4, "s64": 8, "u64": 8, "f64": 8}
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 #: Peak memory bandwidth per chip (bytes/s) used by the roofline.
 BANDWIDTH = {"H100 (3.35 TB/s)": 3.35e12, "TPU v5p (2.76 TB/s)": 2.76e12}
 
-_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.+?) ([\w\-]+)\(")
 _CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=(\{[^}]*\}|%?[\w.\-]+)")
-_SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16)\[([\d,]*)\]")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
-
-
-def shape_bytes(shape: str) -> int:
-    """Bytes of an HLO result shape (a tuple's elements summed): ``'(f32[2,3], bf16[4])'`` -> 32."""
-    return sum(ITEMSIZE[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _SHAPE.findall(shape))
-
-
-def parse_hlo(text: str) -> dict[str, list[tuple[str, str, str, str]]]:
-    """HLO module text -> {computation name: [(instruction name, result shape, opcode, line)]}."""
-    comps: dict[str, list[tuple[str, str, str, str]]] = {}
-    current = None
-    for line in text.splitlines():
-        m = _COMPUTATION.match(line)
-        if m and not line.startswith(" "):     # headers start at column 0, instructions are indented
-            current = m.group(1)
-            comps[current] = []
-            continue
-        m = _INSTRUCTION.match(line)
-        if m and current is not None:
-            comps[current].append((m.group(1), m.group(2), m.group(3), line))
-    return comps
 
 
 def _called(line: str) -> list[str]:
@@ -78,7 +52,7 @@ def loop_collectives(text: str) -> list[dict[str, Any]]:
     the largest body (the decode loop): one entry per collective instruction, ``{"op", "shape",
     "bytes" (result bytes per device), "times" (executions per iteration: product of the trip
     counts of the nested loops it sits in), "where"}``. [] when the loop body has none."""
-    comps = parse_hlo(text)
+    comps = memory_plan.parse_hlo(text)
     whiles = [(ins, line) for body in comps.values() for _, _, ins, line in body if ins == "while"]
     if not whiles:
         raise ValueError("no while loop in the compiled module")
@@ -107,7 +81,7 @@ def loop_collectives(text: str) -> list[dict[str, Any]]:
         for name, shape, op, line in comps[comp]:
             base = op.removesuffix("-start")
             if base in COLLECTIVES and not op.endswith("-done"):
-                out.append({"op": base, "shape": shape, "bytes": shape_bytes(shape), "times": times,
+                out.append({"op": base, "shape": shape, "bytes": memory_plan.shape_bytes(shape), "times": times,
                             "where": comp})
             if op == "while":
                 trip = _TRIP.search(line)
@@ -176,24 +150,8 @@ def plan_decode(config: qwen2.Qwen2Config, layout: str, params_layout: str, *, p
         weight_bytes_bf16=2 * qwen2.param_count(config),
         collectives=collectives,
         collective_bytes_per_token=int(sum(c["bytes"] * c["times"] for c in collectives)),
-        cpu_weight_upcast=cpu_weight_upcast(text, params))
+        cpu_weight_upcast=memory_plan.cpu_weight_upcast(text, params))
     return row
-
-
-def cpu_weight_upcast(text: str, params: Any) -> int:
-    """Bytes of float32 copies of bfloat16 weights in a compiled module (``convert`` to f32 of a
-    shape equal to a bf16 parameter's per-device shard): XLA:CPU has no bf16 matmul and converts
-    the weights once, outside the loop; GPU / TPU multiply bf16 directly, so these temps are a
-    CPU artefact of the plan (0 for float32 weights)."""
-    shards = {",".join(map(str, leaf.sharding.shard_shape(leaf.shape))) for leaf in jax.tree.leaves(params)
-              if leaf.dtype == jnp.bfloat16}
-    total = 0
-    for comp in parse_hlo(text).values():
-        for _, shape, op, _ in comp:
-            m = re.fullmatch(r"f32\[([\d,]*)\]\{[\d,]*\}", shape.strip())
-            if op == "convert" and m and m.group(1) in shards:
-                total += shape_bytes(shape)
-    return total
 
 
 def roofline(row: dict[str, Any], kv_cache: int | None = None) -> dict[str, float]:

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from maxk_jax import memory_plan
 from maxk_jax import sample_plan as sp
 from maxk_jax.models import qwen2
 
@@ -49,9 +50,19 @@ ENTRY %main (a: f32[4,8]) -> f32[4,8] {
 """
 
 
-def test_shape_bytes():
-    assert sp.shape_bytes("f32[2,3]{1,0}") == 24
-    assert sp.shape_bytes("(bf16[4]{0}, /*index=1*/pred[], s32[2,2])") == 8 + 1 + 16
+def test_shape_bytes_and_the_cpu_weight_copies():
+    assert memory_plan.shape_bytes("f32[2,3]{1,0}") == 24
+    assert memory_plan.shape_bytes("(bf16[4]{0}, /*index=1*/pred[], s32[2,2])") == 8 + 1 + 16
+    import jax
+    import jax.numpy as jnp
+
+    mesh = jax.sharding.Mesh(jax.devices()[:1], ("x",))
+    params = {"w": jax.ShapeDtypeStruct((16, 8), jnp.bfloat16, sharding=jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec()))}
+    text = ("HloModule m\n\nENTRY %main (p: bf16[16,8]) -> f32[16,8] {\n"
+            "  %p = bf16[16,8]{1,0} parameter(0)\n  ROOT %c = f32[16,8]{1,0} convert(%p)\n}\n")
+    assert memory_plan.cpu_weight_upcast(text, params) == 16 * 8 * 4
+    assert memory_plan.cpu_weight_upcast(text.replace("f32[16,8]", "f32[8,8]"), params) == 0
 
 
 def test_loop_collectives_counts_every_iteration_once_and_nested_loops_by_trip_count():
