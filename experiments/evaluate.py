@@ -35,6 +35,7 @@ its share of every sampling group, process 0 writes --out_dir (README "Multi-hos
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -92,8 +93,9 @@ flags.DEFINE_integer("sandbox_retries", 2, "Re-judge a sample with status sandbo
 flags.DEFINE_bool("fail_on_excluded", False, "Stop with an error instead of excluding unjudgeable samples.")
 flags.DEFINE_bool("keep_completions", False, "Also store the completion texts in per_problem.jsonl.")
 flags.DEFINE_string("mesh", "", "Shard sampling over devices: 'data,fsdp,tensor' sizes over all devices (e.g. "
-                    "'-1,1,2': tensor-parallel pairs); empty = '-1,1,1', every device (of every host) on the "
-                    "data axis.")
+                    "'-1,1,2': tensor-parallel pairs); empty = the rollout layout over every device (of every "
+                    "host): data x tensor with the most tensor ways the KV heads and one host allow "
+                    "(maxk_jax.sampling.rollout_copy).")
 flags.DEFINE_bool("distributed", False, "Multi-host: call jax.distributed.initialize first (one process per host; "
                   "problems are split across hosts, process 0 writes the files). Without --coordinator_address "
                   "the cluster is auto-detected (Cloud TPU / SLURM / k8s).")
@@ -261,6 +263,7 @@ def main(argv: list[str]) -> None:
     from maxk_jax.models.tokenizer import load_tokenizer
     from maxk_jax.rl.rollout import PromptCompletionSource, RolloutSettings
     from maxk_jax.sampling import SamplerSettings
+    from maxk_jax.sampling.rollout_copy import RolloutLayout
 
     kwargs = ({"coordinator_address": FLAGS.coordinator_address, "num_processes": FLAGS.num_processes,
                "process_id": FLAGS.process_id} if FLAGS.coordinator_address else {})
@@ -281,6 +284,10 @@ def main(argv: list[str]) -> None:
     eos = (_int_list(FLAGS.eos_id, "eos_id") or trained_eos
            or default_eos_ids(model.config, tokenizer, generation_eos_ids(hf_dir)))
     params = model.params   # already on mesh
+    if not FLAGS.mesh:      # decode layout: weights split over tensor, rows over the other devices
+        layout = RolloutLayout.create(model.config, mesh)
+        params, mesh = layout.copy(params), layout.mesh
+        model = dataclasses.replace(model, params=None)
     if render_kwargs["prompt_format"] == "statement":   # the training side's source (maxk_jax.rl.rollout)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model.config.pad_token_id or 0)
         settings = RolloutSettings(

@@ -89,12 +89,13 @@ def step_peak_markdown(config: qwen2.Qwen2Config, rows: list[dict]) -> str:
         "reference pass (state + its args + temps)":
             state + (ref["args"] + ref["temps"] - ref["cpu_weight_upcast"] if ref else 0),
         "update (reference + train step args + temps)": ref_w + train["args"] + train["temps"] - train["alias"]
-        + train["outputs"] - train["cpu_weight_upcast"],
+        + train["outputs"],
     }
     peak = max(phases.values())
     out = (f"\n**Whole RL step per device, {train['layout']}** (Adam mu {FLAGS.mu_dtype}, reference weights "
-           f"{FLAGS.ref_dtype}, remat {FLAGS.remat}; rollout copy {sample['decode_mesh']}, temps without "
-           "XLA:CPU's float32 copies of bf16 weights, which GPU / TPU compilers do not make):\n\n| phase | GiB per device |\n|---|---:|\n")
+           f"{FLAGS.ref_dtype}, remat {FLAGS.remat}; rollout copy {sample['decode_mesh']}, decode and reference-pass "
+           "temps without XLA:CPU's float32 copies of bf16 weights, which GPU / TPU compilers do not make; the "
+           "update's temps as compiled, a conservative figure when the params are bf16):\n\n| phase | GiB per device |\n|---|---:|\n")
     out += "".join(f"| {name} | {v / GIB:.2f} |\n" for name, v in phases.items())
     out += f"| **peak** | **{peak / GIB:.2f}** |\n\n| chip | 85 % of memory GiB | fits |\n|---|---:|---|\n"
     for spec in FLAGS.chip_gib:
@@ -120,9 +121,10 @@ def main(argv: list[str]) -> None:
                               sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.completion_len),
                               loss=LossConfig(kind=training.loss_kind(FLAGS.estimator), kl_beta=FLAGS.kl_beta),
                               micro_batches=FLAGS.micro_batches)
-    for layout in FLAGS.layouts:   # validate every layout before the first (slow) compile
-        sizes = memory_plan.layout_sizes(layout, NUM_DEVICES)
-        cfg.check_batch(FLAGS.prompts * FLAGS.n, sizes["data"] * sizes["fsdp"])
+    with cli.user_errors():
+        for layout in FLAGS.layouts:   # validate every layout before the first (slow) compile
+            sizes = memory_plan.layout_sizes(layout, NUM_DEVICES)
+            cfg.check_batch(FLAGS.prompts * FLAGS.n, sizes["data"] * sizes["fsdp"])
     b, m = FLAGS.prompts * FLAGS.n, FLAGS.micro_batches
     rows = []
     for i, layout in enumerate(tqdm(FLAGS.layouts, desc="layouts")):

@@ -255,19 +255,20 @@ def parse_hlo(text: str) -> dict[str, list[tuple[str, str, str, str]]]:
 
 
 def cpu_weight_upcast(text: str, params: Any) -> int:
-    """Bytes of float32 copies of bfloat16 weights in a compiled module (``convert`` to f32 of a
-    shape equal to a bf16 parameter's per-device shard): XLA:CPU has no bf16 matmul and converts
-    the weights once, outside the loop; GPU / TPU multiply bf16 directly, so these temps are a
-    CPU artefact of the plan (0 for float32 weights)."""
-    shards = {",".join(map(str, leaf.sharding.shard_shape(leaf.shape))) for leaf in jax.tree.leaves(params)
-              if leaf.dtype == jnp.bfloat16}
-    total = 0
+    """Bytes of float32 copies of bfloat16 weights in a compiled module: ``convert`` to f32 of a
+    shape equal to a bf16 parameter's per-device shard, each parameter counted at most once (so at
+    most twice the bf16 weight bytes). XLA:CPU has no bf16 matmul and converts the weights (in a
+    forward-only program: once, outside the loops); GPU / TPU multiply bf16 directly, so these
+    temps are a CPU artefact of a plan (0 for float32 weights)."""
+    leaves = collections.Counter(",".join(map(str, leaf.sharding.shard_shape(leaf.shape)))
+                                 for leaf in jax.tree.leaves(params) if leaf.dtype == jnp.bfloat16)
+    seen: collections.Counter = collections.Counter()
     for comp in parse_hlo(text).values():
         for _, shape, op, _ in comp:
             m = re.fullmatch(r"f32\[([\d,]*)\]\{[\d,]*\}", shape.strip())
-            if op == "convert" and m and m.group(1) in shards:
-                total += shape_bytes(shape)
-    return total
+            if op == "convert" and m and m.group(1) in leaves:
+                seen[m.group(1)] += 1
+    return sum(min(seen[s], leaves[s]) * 4 * math.prod(int(d) for d in s.split(",") if d) for s in seen)
 
 
 def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str, *,
@@ -289,7 +290,6 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
     row = memory_row(layout, compiled, time.perf_counter() - t0)
     row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_step", breakdown, config.vocab_size)
     row["state_analytic"] = state_bytes_per_device(state)
-    row["cpu_weight_upcast"] = cpu_weight_upcast(compiled.as_text(), state.params)
     rows = [row]
     if ref:
         fn = training.make_logprob_fn(config, cfg, mesh, shardings.params)
