@@ -70,10 +70,12 @@ def check_device_count(num_devices: int) -> None:
 
 
 def planned_config(preset: str, *, layers: int, dtype: str, param_dtype: str,
-                   remat: bool) -> qwen2.Qwen2Config:
+                   remat: bool, attention: str = "chunked", attention_chunk: int = 512) -> qwen2.Qwen2Config:
     """The Qwen2 preset to plan, with ``layers`` decoder layers (0 = the preset's), compute
-    ``dtype``, parameter storage ``param_dtype`` and per-layer rematerialisation ``remat``."""
-    overrides: dict[str, Any] = dict(dtype=dtype, param_dtype=param_dtype, remat=remat)
+    ``dtype``, parameter storage ``param_dtype``, per-layer rematerialisation ``remat`` and the
+    ``attention`` implementation (``maxk_jax.models.attention``, blocks of ``attention_chunk``)."""
+    overrides: dict[str, Any] = dict(dtype=dtype, param_dtype=param_dtype, remat=remat, attention=attention,
+                                     attention_chunk=attention_chunk)
     if layers:
         overrides["num_layers"] = layers
     return qwen2.preset(preset, **overrides)
@@ -81,7 +83,8 @@ def planned_config(preset: str, *, layers: int, dtype: str, param_dtype: str,
 
 def define_flags(*, param_dtype: str, results_dir: str, flag_values: flags.FlagValues | None = None) -> None:
     """Defines the absl flags of the planned model and layouts both planners share: --preset,
-    --layers, --dtype, --param_dtype (default ``param_dtype``), --remat, --layouts, --results_dir
+    --layers, --dtype, --param_dtype (default ``param_dtype``), --remat, --attention, --attention_chunk,
+    --layouts, --results_dir
     (default ``results_dir``), in ``flag_values`` (default ``absl.flags.FLAGS``). Called by the
     entry points only (importing this module defines no flag)."""
     fv = flags.FLAGS if flag_values is None else flag_values
@@ -94,6 +97,9 @@ def define_flags(*, param_dtype: str, results_dir: str, flag_values: flags.FlagV
     flags.DEFINE_enum("param_dtype", param_dtype, ["bfloat16", "float32"],
                       "Parameter storage dtype (Adam state too, in the train-step plan).", flag_values=fv)
     flags.DEFINE_bool("remat", True, "Rematerialise each decoder layer in the backward pass.", flag_values=fv)
+    flags.DEFINE_enum("attention", "chunked", ["xla", "chunked", "dot_product"],
+                      "Attention of the forward/backward (maxk_jax.models.attention).", flag_values=fv)
+    flags.DEFINE_integer("attention_chunk", 512, "Queries per block of the chunked attention.", flag_values=fv)
     flags.DEFINE_list("layouts", ["fsdp8", "fsdp4_tensor2", "fsdp2_tensor4", "data2_fsdp4"],
                       "Mesh layouts to plan, e.g. fsdp4_tensor2 (sizes must multiply to the devices).",
                       flag_values=fv)
@@ -110,7 +116,7 @@ def config_from_flags(num_devices: int, flag_values: flags.FlagValues | None = N
     for layout in fv.layouts:
         layout_sizes(layout, num_devices)
     return planned_config(fv.preset, layers=fv.layers, dtype=fv.dtype, param_dtype=fv.param_dtype,
-                          remat=fv.remat)
+                          remat=fv.remat, attention=fv.attention, attention_chunk=fv.attention_chunk)
 
 
 def nll_loss(config: qwen2.Qwen2Config, params: Any, tokens: jax.Array,

@@ -59,6 +59,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from maxk_jax.models.attention import attend, attention  # noqa: F401  (attend: re-exported)
 from maxk_jax.models.kv_cache import (KVCache, attend_decode, cache_logical_axes,  # noqa: F401
                                       init_cache)
 from maxk_jax.models.qwen2_config import DTYPES, PRESETS, Qwen2Config, preset  # noqa: F401
@@ -151,23 +152,6 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return out.astype(x.dtype)
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """Grouped-query attention. q [B,T,H,D], k/v [B,S,K,D], mask [B,T,S] bool -> [B,T,H,D].
-
-    Query head h uses kv head h // (H // K) (HF ``repeat_kv``); scores and softmax in float32.
-    Rows with no visible key (padding queries) get a uniform distribution, never NaN.
-    """
-    b, t, h, d = q.shape
-    kv = k.shape[2]
-    qg = q.reshape(b, t, kv, h // kv, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
-    scores = scores * (d ** -0.5)
-    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(b, t, h, d)
-
-
 class Attention(nn.Module):
     """GQA self-attention with q/k/v biases; optionally reads/writes a one-layer KV cache."""
 
@@ -211,7 +195,7 @@ class Attention(nn.Module):
                                 prompt_valid, ck.astype(cd), cv.astype(cd), valid)[:, None]
             new_kv = (k[:, 0], v[:, 0])  # [B, K, D]: written into the cache after the scan
         else:
-            out = attend(q, k, v, mask)
+            out = attention(q, k, v, mask, cfg.attention, cfg.attention_chunk)
             new_kv = (k, v) if self.mode == "prefill" else None  # [B, T, K, D]
         out = nn.with_logical_constraint(out, ("activation_batch", "activation_length",
                                                "activation_heads", "head_dim"))
