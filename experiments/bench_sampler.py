@@ -10,7 +10,7 @@ generate exactly ``--new_tokens`` tokens for each of ``--n`` samples of ``--prom
 
 * ``transformers``: ONE left-padded batch of all prompts with ``num_return_sequences=n`` and
   ``do_sample=True`` (its strongest usage: the prompts are expanded n times before prefill).
-* ``maxk_jax``: ``generate(..., n=n)``: one prefill per prompt, KV cache broadcast to n samples,
+* ``maxk_jax``: ``generate(..., n=n)``: one prefill per prompt, its K/V stored once and read by all n samples (shared-prefix cache),
   ``lax.while_loop`` decode.
 * ``maxk_jax_repeated``: ``generate(prompts repeated n times, n=1)``: the n-fold prefill baseline.
 
@@ -131,7 +131,7 @@ def jax_generate_fn(config: qwen2.Qwen2Config, params: Any, prompts: list[list[i
 
 def prefill_fn(config: qwen2.Qwen2Config, params: Any, prompts: list[list[int]], n: int,
                new_tokens: int, repeat_prompts: bool) -> Callable[[int], Any]:
-    """Only the prefill stage of generate: shared (P prompts, cache broadcast to n) or n-fold."""
+    """Only the prefill stage of generate: shared (P prompts, the prompt's K/V stored once for its n samples) or n-fold."""
     if repeat_prompts:
         prompts, n = [p for p in prompts for _ in range(n)], 1
     settings = sampling.SamplerSettings(n=n, max_new_tokens=new_tokens, temperature=1.0,

@@ -13,8 +13,9 @@ A sample whose reward stays null (``sandbox_error``, or ``invalid`` = the proble
 are broken) gets ``valid = False``: it is masked out of the estimator and the loss and counted
 (``masked_samples``), never turned into a 0 reward.
 
-Batch layout (see ``maxk_jax.rl.training``): prompts are left-padded to a power-of-two bucket
-Sp >= ``min_prompt_bucket`` (so a new prompt length rarely recompiles the train step) followed
+Batch layout (see ``maxk_jax.rl.training``): prompts are left-padded to ``sampling.prompt_length_bucket``
+Sp >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128: a new prompt length rarely
+recompiles the train step) followed
 by the T = max_new_tokens completion slots; ``old_logp`` are the sampler's log-probs (under the
 tempered, truncated distribution actually sampled from).  ``answer_ids`` (majority_vote) come
 from program BEHAVIOUR, not source text: the judge fingerprints each program's outputs on the
@@ -172,7 +173,7 @@ def build_batch(prompts: Sequence[Sequence[int]], tokens: np.ndarray, logprobs: 
                          f"mask {mask.shape}: expected P prompts and [P, n, T] arrays")
     if rewards.shape != (p, n) or answer_ids.shape != (p, n):
         raise ValueError(f"rewards {rewards.shape} / answer_ids {answer_ids.shape} must be [P, n] = {(p, n)}")
-    sp = sampling.next_pow2(max(len(x) for x in prompts), min_prompt_bucket)
+    sp = sampling.prompt_length_bucket(max(len(x) for x in prompts), min_prompt_bucket)
     prompt_tok = np.full((p, sp), pad_id, np.int32)
     prompt_mask = np.zeros((p, sp), bool)
     for i, ids in enumerate(prompts):
@@ -236,7 +237,7 @@ def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Tokenizer, proble
     judge_s = time.perf_counter() - start
     rewards, passed, total = _rewards(results)
     ids = answer_ids([r.behaviours for r in results], sampler.n)
-    bucket = sampling.next_pow2(max(len(x) for x in all_prompts), settings.min_prompt_bucket)
+    bucket = sampling.prompt_length_bucket(max(len(x) for x in all_prompts), settings.min_prompt_bucket)
     batch = build_batch(prompts, tokens, logprobs, mask, rewards, ids, pad_id=settings.pad_id,
                         min_prompt_bucket=bucket)
     return Rollout(batch=batch, rewards=rewards, passed=passed, total=total,

@@ -187,7 +187,7 @@ class RolloutConfig:
     and the model's eos); ``executor`` (embedded | embedded:N | http://host:port[,...] |
     sandboxfusion+http://...); ``sandbox_retries`` re-judgings of sandbox errors before masking;
     ``masked_steps_tolerated`` RL steps in a row in which every sample may be masked (no reward:
-    an unreachable or broken judge) before the run stops with an error (0: at the first); prompts are left-padded to powers of two >= ``min_prompt_bucket``."""
+    an unreachable or broken judge) before the run stops with an error (0: at the first); prompts are left-padded to ``sampling.prompt_length_bucket`` lengths >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128)."""
 
     SECTION: ClassVar[str] = "rollout"
     prompts: int = 16
