@@ -169,7 +169,7 @@ class Completions:
 
 
 def _judge_checked(executor: Executor, submissions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """executor.judge with the DESIGN.md contract checked (same ids in order, known statuses)."""
+    """executor.judge with the docs/contracts.md contract checked (same ids in order, known statuses)."""
     results = executor.judge(submissions)
     if len(results) != len(submissions):
         raise RuntimeError(f"executor returned {len(results)} results for {len(submissions)} submissions")

@@ -131,3 +131,12 @@ def test_scripts_do_not_import_scripts():
     helpers = {m for m, p in modules.items() if not _is_script(p) and not m.startswith("experiments.configs")}
     assert helpers == {"experiments", "experiments.paper_listings"}, sorted(helpers)
     assert _is_script(modules["experiments.plan_train"]) and _is_script(modules["experiments.bandit"])
+
+
+def test_contracts_are_cited_inside_the_repository():
+    """Docstrings cite docs/contracts.md (in the repository), never a design note outside it."""
+    assert (ROOT / "docs" / "contracts.md").exists()
+    outside = "DESIGN" + ".md"
+    cited = [str(p.relative_to(ROOT)) for folder in ("maxk_jax", "experiments", "tests") for p in (ROOT / folder).rglob("*.py")
+             if outside in p.read_text()] + (["README.md"] if outside in (ROOT / "README.md").read_text() else [])
+    assert not cited, cited

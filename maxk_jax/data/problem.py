@@ -11,7 +11,7 @@ A `Problem` holds one programming task and the tests that define its reward:
                      (HumanEval, MBPP assert fallback).
 
 `Problem.to_submission(code, submission_id)` produces one submission in the execution-service
-schema of DESIGN.md ("Other contracts"):
+schema of docs/contracts.md:
 ``{"id", "code", "mode": "stdio"|"function"|"assert", "tests": ..., "limits": {cpu_s, wall_s,
 memory_mb}}`` where ``tests`` is ``[{"stdin", "expected"}]`` (stdio), ``{"entry_point",
 "cases": [{"args", "expected"}]}`` (function) or ``{"code"}`` (assert).
@@ -99,7 +99,7 @@ class Limits:
             raise ValueError(f"Limits.memory_mb must be a positive int, got {m!r}")
 
     def to_json(self) -> dict[str, Any]:
-        """The DESIGN.md ``limits`` object ``{"cpu_s", "wall_s", "memory_mb"}``."""
+        """The docs/contracts.md ``limits`` object ``{"cpu_s", "wall_s", "memory_mb"}``."""
         return {"cpu_s": float(self.cpu_s), "wall_s": float(self.wall_s), "memory_mb": int(self.memory_mb)}
 
     @classmethod
@@ -151,7 +151,7 @@ class StdioTests:
         return len(self.cases)
 
     def payload(self) -> list[dict[str, str]]:
-        """DESIGN.md stdio ``tests``: ``[{"stdin", "expected"}]``."""
+        """docs/contracts.md stdio ``tests``: ``[{"stdin", "expected"}]``."""
         return [{"stdin": c.stdin, "expected": c.expected} for c in self.cases]
 
     def to_json(self) -> dict[str, Any]:
@@ -224,7 +224,7 @@ class FunctionTests:
         )
 
     def payload(self) -> dict[str, Any]:
-        """DESIGN.md function ``tests``: ``{"entry_point", "cases": [{"args", "expected"}]}``."""
+        """docs/contracts.md function ``tests``: ``{"entry_point", "cases": [{"args", "expected"}]}``."""
         return {"entry_point": self.submitted_entry_point,
                 "cases": [{"args": list(c.args), "expected": c.expected} for c in self.cases]}
 
@@ -248,7 +248,7 @@ class AssertTests:
         return 1
 
     def payload(self) -> dict[str, str]:
-        """DESIGN.md assert ``tests``: ``{"code"}``."""
+        """docs/contracts.md assert ``tests``: ``{"code"}``."""
         return {"code": self.code}
 
     def to_json(self) -> dict[str, Any]:
@@ -354,7 +354,7 @@ class Problem:
         return "".join(parts)
 
     def to_submission(self, code: str, submission_id: str, *, limits: Limits | None = None) -> dict[str, Any]:
-        """One execution-service submission (DESIGN.md schema) for candidate `code`.
+        """One execution-service submission (docs/contracts.md schema) for candidate `code`.
 
         Returns ``{"id", "code", "mode", "tests", "limits"}``; `limits` overrides the problem's.
         """

@@ -1,6 +1,6 @@
 """k-sample estimators of both papers: pass@k / max@k metrics, max@k reward transforms, registry.
 
-Public API (the estimator contract of DESIGN.md).  All functions are pure jax.numpy, jit- and
+Public API (the estimator contract of docs/contracts.md).  All functions are pure jax.numpy, jit- and
 vmap-compatible (k and other integer options are static Python ints), take `[..., n]` arrays
 (the n completions of one prompt on the last axis, any order, ties allowed) and return results
 in input order.  `mask` (True = valid) removes samples exactly as if they were absent; rows

@@ -1,7 +1,7 @@
 """The ``Executor`` protocol and the typed submissions / results every backend speaks.
 
 An executor judges a batch of submissions and answers one result per submission, in request
-order, in the DESIGN.md wire schema ("Other contracts"). Submissions and results stay plain dicts
+order, in the wire schema of docs/contracts.md. Submissions and results stay plain dicts
 (so the in-process and the HTTP path carry the same objects and a result is its own JSON), typed
 as ``TypedDict`` classes: :class:`SubmissionDict` in, :class:`JudgeResult` (with one
 :class:`TestResult` per test) out. ``Executor`` is a ``typing.Protocol``: any object with
@@ -112,7 +112,7 @@ class JudgeResult(TypedDict):
 
 @runtime_checkable
 class Executor(Protocol):
-    """Judges code submissions; results follow the DESIGN.md schema, in request order."""
+    """Judges code submissions; results follow the docs/contracts.md schema, in request order."""
 
     @abc.abstractmethod
     def judge(self, submissions: Sequence[SubmissionDict]) -> list[JudgeResult]:

@@ -1,6 +1,6 @@
 """Request validation for the judge (shared by the embedded executor and the HTTP service).
 
-The wire format is fixed by DESIGN.md ("Other contracts"). :func:`parse_request` turns the JSON
+The wire format is fixed by docs/contracts.md. :func:`parse_request` turns the JSON
 body into :class:`Submission` objects or raises :class:`RequestError` (a ValueError) whose
 ``field`` names the offending value, e.g. ``submissions[2].tests[0].stdin``; the service answers
 it with HTTP 400. Extensions (all optional): ``limits.output_mb``; ``compare`` =

@@ -162,7 +162,7 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
         if not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     app = FastAPI(title="maxk-jax judge", version="1.0",
-                  description="Sandboxed execution of model-written Python against tests (see DESIGN.md).")
+                  description="Sandboxed execution of model-written Python against tests (see docs/contracts.md).")
     cache = ResultCache(supervisor, cache_size, cache_bytes)
     limiter = anyio.CapacityLimiter(max_inflight)
     state = {"inflight": 0}

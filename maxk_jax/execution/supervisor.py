@@ -2,7 +2,7 @@
 
 ``Supervisor.judge(submissions)`` splits validated submissions into one unit per test, queues
 them, and each slot thread runs units on its own sandboxed worker — so a batch is judged
-concurrently across all slots. Results come back in request order in the DESIGN.md schema. A
+concurrently across all slots. Results come back in request order in the docs/contracts.md schema. A
 worker that dies, hangs past ``wall_s + grace_s`` or breaks the protocol is killed and restarted;
 its test gets verdict SE and the submission status ``sandbox_error`` with ``reward`` None (the
 trainer masks it) — never 0. Custom checkers run in a separate, lazily started checker sandbox,

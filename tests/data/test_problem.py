@@ -1,4 +1,4 @@
-"""Problem schema: submissions in the DESIGN.md schema, code assembly, JSONL cache, validation."""
+"""Problem schema: submissions in the docs/contracts.md schema, code assembly, JSONL cache, validation."""
 import gzip
 import json
 import math
@@ -11,8 +11,8 @@ from maxk_jax.data.problem import (ENTRY_SHIM_NAME, AssertTests, FunctionCase, F
                                    StdioCase, StdioTests, check_json_value, load_problems, problems_by_id,
                                    save_problems)
 
-DESIGN_SUBMISSION_KEYS = {"id", "code", "mode", "tests", "limits"}
-DESIGN_LIMIT_KEYS = {"cpu_s", "wall_s", "memory_mb"}
+CONTRACT_SUBMISSION_KEYS = {"id", "code", "mode", "tests", "limits"}
+CONTRACT_LIMIT_KEYS = {"cpu_s", "wall_s", "memory_mb"}
 
 
 def _stdio_problem(**kw):
@@ -29,11 +29,11 @@ def _function_problem(class_name=None):
 
 
 def _check_design_schema(sub):
-    """Field-by-field check of one submission against DESIGN.md 'Other contracts'."""
-    assert set(sub) == DESIGN_SUBMISSION_KEYS
+    """Field-by-field check of one submission against docs/contracts.md."""
+    assert set(sub) == CONTRACT_SUBMISSION_KEYS
     assert isinstance(sub["id"], str) and isinstance(sub["code"], str)
     assert sub["mode"] in ("stdio", "function", "assert")
-    assert set(sub["limits"]) == DESIGN_LIMIT_KEYS
+    assert set(sub["limits"]) == CONTRACT_LIMIT_KEYS
     assert isinstance(sub["limits"]["cpu_s"], float) and isinstance(sub["limits"]["wall_s"], float)
     assert isinstance(sub["limits"]["memory_mb"], int)
     if sub["mode"] == "stdio":
