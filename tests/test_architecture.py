@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # A unit may import only units of the same or an earlier stage.
 STAGE = {
     "sharding": 0, "multihost": 0, "checkpoint": 0, "config_overrides": 0, "cli": 0, "models": 0, "data": 0,
-    "preflight": 0,
+    "preflight": 0, "fields": 0,
     "sampling": 1,
     "execution": 2,
     "judging": 3,
@@ -140,3 +140,32 @@ def test_contracts_are_cited_inside_the_repository():
     cited = [str(p.relative_to(ROOT)) for folder in ("maxk_jax", "experiments", "tests") for p in (ROOT / folder).rglob("*.py")
              if outside in p.read_text()] + (["README.md"] if outside in (ROOT / "README.md").read_text() else [])
     assert not cited, cited
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    """No module of the package imports a private (_name) from another, nor reads one off an
+    imported package module (``module._name``); private modules of a subpackage (``_sampler``)
+    are imported by their own package's __init__ only."""
+    modules = _modules("maxk_jax")
+    bad = []
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "maxk_jax":
+                for alias in node.names:
+                    target = f"{node.module}.{alias.name}"
+                    if target in modules:
+                        aliases.add(alias.asname or alias.name)
+                    own_init = path.name == "__init__.py" and node.module == module
+                    if alias.name.startswith("_") and not own_init:
+                        bad.append(f"{module}: from {node.module} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "maxk_jax" and alias.asname:
+                        aliases.add(alias.asname)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                bad.append(f"{module}: {node.value.id}.{node.attr}")
+    assert not bad, bad

@@ -216,12 +216,12 @@ def _dump(value, out: list) -> None:
         raise NotPlainError(f"value of type {cls.__name__} has no JSON form")
 
 
-class _Child:
+class Child:
     """State of the forked child between setup and the final report."""
 
     def __init__(self, job: dict, blobs: dict, nonce: bytes):
         self.job, self.blobs, self.nonce = job, blobs, nonce
-        self.builtins_snapshot = _BUILTINS_SNAPSHOT
+        self.builtins_snapshot = BUILTINS_SNAPSHOT
 
     def report(self, kind: str, **fields: Any) -> None:
         """Write a ``{"k": kind, ...}`` record (builtins restored first; own JSON encoder)."""
@@ -245,7 +245,7 @@ class _Child:
         sys.setprofile(None)
 
 
-def _describe(err: BaseException) -> tuple:
+def describe(err: BaseException) -> tuple:
     name = _type(err).__name__
     try:
         message = _str(err)[:300]
@@ -254,14 +254,14 @@ def _describe(err: BaseException) -> tuple:
     return name, message, _isinstance(err, MemoryError)
 
 
-def _print_exception(err: BaseException) -> None:
+def print_exception(err: BaseException) -> None:
     try:
         traceback.print_exception(_type(err), err, err.__traceback__, limit=50)
     except BaseException:  # noqa: BLE001
         pass
 
 
-def _exit_code(err: SystemExit) -> int:
+def exit_code(err: SystemExit) -> int:
     code = err.code
     if code is None:
         return 0
@@ -309,7 +309,7 @@ def prepare_worker() -> None:
                                           closefd=False, buffering=1)
 
 
-def _setup_process(job: dict, fds: dict, keep: tuple = (), dumpable: bool = True) -> None:
+def setup_process(job: dict, fds: dict, keep: tuple = (), dumpable: bool = True) -> None:
     """Wire fds 0/1/2 (and RESULT_FD if ``fds`` has ``result``), close every other fd but ``keep``,
     chdir, apply the rlimits. ``dumpable=False`` keeps /proc/self and ptrace closed to same-uid peers."""
     targets = [(fds["stdin"], 0), (fds["stdout"], 1), (fds["stderr"], 2)]
@@ -369,8 +369,8 @@ def run_test(job: dict, blobs: dict, fds: dict) -> None:
         _exit(121)
     try:
         nonce = read_nonce(fds["nonce"])
-        _setup_process(job, fds)
-        child = _Child(job, blobs, nonce)
+        setup_process(job, fds)
+        child = Child(job, blobs, nonce)
     except BaseException:  # noqa: BLE001 - nothing else can report this
         _exit(121)
     mode = job["mode"]
@@ -408,36 +408,36 @@ def program_namespace(mode: str) -> dict:
     return module.__dict__
 
 
-def _run_stdio(child: _Child, code, namespace: dict) -> None:
+def _run_stdio(child: Child, code, namespace: dict) -> None:
     exc = mem = None
     try:
         exec(code, namespace)
         status = 0
     except SystemExit as err:
-        status = _exit_code(err)
+        status = exit_code(err)
     except BaseException as err:  # noqa: BLE001
-        exc, _, mem = _describe(err)
-        _print_exception(err)
+        exc, _, mem = describe(err)
+        print_exception(err)
         status = 1
     status = _finish_interpreter(status)
     child.report("exit", code=status, exc=exc, mem=mem)
     _exit(status)
 
 
-def _run_program(child: _Child, code, namespace: dict) -> None:
+def _run_program(child: Child, code, namespace: dict) -> None:
     try:
         exec(code, namespace)
     except SystemExit as err:
-        child.report("early_exit", code=_exit_code(err), where="module")
+        child.report("early_exit", code=exit_code(err), where="module")
         _exit(0)
     except BaseException as err:  # noqa: BLE001
-        name, message, mem = _describe(err)
-        _print_exception(err)
+        name, message, mem = describe(err)
+        print_exception(err)
         child.report("exc", exc=name, msg=message, mem=mem, where="module")
         _exit(1)
 
 
-def _run_function(child: _Child, code, namespace: dict, args: list, entry_point: str) -> None:
+def _run_function(child: Child, code, namespace: dict, args: list, entry_point: str) -> None:
     _run_program(child, code, namespace)
     fn = dict.get(namespace, entry_point)
     if not callable(fn):
@@ -446,11 +446,11 @@ def _run_function(child: _Child, code, namespace: dict, args: list, entry_point:
     try:
         value = fn(*args)
     except SystemExit as err:
-        child.report("early_exit", code=_exit_code(err), where="call")
+        child.report("early_exit", code=exit_code(err), where="call")
         _exit(0)
     except BaseException as err:  # noqa: BLE001
-        name, message, mem = _describe(err)
-        _print_exception(err)
+        name, message, mem = describe(err)
+        print_exception(err)
         child.report("exc", exc=name, msg=message, mem=mem, where="call")
         _exit(1)
     child.restore_builtins(namespace)
@@ -462,4 +462,4 @@ def _run_function(child: _Child, code, namespace: dict, args: list, entry_point:
     child.report_raw(b'{"k":"value","v":' + text.encode("ascii") + b"}")
 
 
-_BUILTINS_SNAPSHOT = dict(builtins.__dict__)
+BUILTINS_SNAPSHOT = dict(builtins.__dict__)

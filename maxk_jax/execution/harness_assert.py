@@ -99,7 +99,7 @@ def free_names(source: bytes) -> list:
     tree = ast.parse(source, "tests.py", "exec")
     return sorted({node.id for node in ast.walk(tree) if _isinstance(node, ast.Name)
                    and _isinstance(node.ctx, ast.Load) and not node.id.startswith("__")
-                   and node.id not in harness._BUILTINS_SNAPSHOT})
+                   and node.id not in harness.BUILTINS_SNAPSHOT})
 
 
 # --- P: the program's process --------------------------------------------------------------------
@@ -124,15 +124,15 @@ def _serve_program(job: dict, blobs: dict, requests: int, replies: int) -> None:
     try:
         exec(code, namespace)
     except SystemExit as err:
-        send(replies, ("early_exit", {"code": harness._exit_code(err), "where": "module"}))
+        send(replies, ("early_exit", {"code": harness.exit_code(err), "where": "module"}))
         _exit(0)
     except BaseException as err:  # noqa: BLE001
-        name, message, mem = harness._describe(err)
-        harness._print_exception(err)
+        name, message, mem = harness.describe(err)
+        harness.print_exception(err)
         send(replies, ("exc", {"exc": name, "msg": message, "mem": mem, "where": "module"}))
         _exit(1)
     builtins.__dict__.clear()           # as in one interpreter: the tests see unpatched builtins
-    builtins.__dict__.update(harness._BUILTINS_SNAPSHOT)
+    builtins.__dict__.update(harness.BUILTINS_SNAPSHOT)
     while True:
         message = receive(requests)
         if message is None:
@@ -150,11 +150,11 @@ def _serve_program(job: dict, blobs: dict, requests: int, replies: int) -> None:
         try:
             value = namespace[name](*args, **kwargs)
         except SystemExit as err:
-            send(replies, ("exit", harness._exit_code(err)))
+            send(replies, ("exit", harness.exit_code(err)))
             continue
         except BaseException as err:  # noqa: BLE001
-            exc, text, mem = harness._describe(err)
-            harness._print_exception(err)
+            exc, text, mem = harness.describe(err)
+            harness.print_exception(err)
             send(replies, ("raise", exc, text, mem))
             continue
         try:
@@ -236,7 +236,7 @@ def _test_namespace(program: _Program, names: dict) -> dict:
     for name, kind in names.items():
         if not (_isinstance(name, str) and _isinstance(kind, tuple) and kind):
             raise ChannelError("malformed name table")
-        if name in harness._BUILTINS_SNAPSHOT or name.startswith("__"):
+        if name in harness.BUILTINS_SNAPSHOT or name.startswith("__"):
             continue                    # only names T asked for, never builtins or dunders
         if kind[0] == "call":
             namespace[name] = program.proxy(name)
@@ -263,7 +263,7 @@ def run_split(job: dict, blobs: dict, fds: dict) -> None:
         try:
             for fd in (fds["nonce"], fds["result"], req_w, rep_r):
                 os.close(fd)
-            harness._setup_process(job, {k: fds[k] for k in ("stdin", "stdout", "stderr")}, keep=(req_r, rep_w))
+            harness.setup_process(job, {k: fds[k] for k in ("stdin", "stdout", "stderr")}, keep=(req_r, rep_w))
             _serve_program(job, blobs, req_r, rep_w)
         finally:
             _exit(121)
@@ -271,8 +271,8 @@ def run_split(job: dict, blobs: dict, fds: dict) -> None:
         os.close(req_r)
         os.close(rep_w)
         nonce = harness.read_nonce(fds["nonce"])
-        harness._setup_process(job, fds, keep=(req_w, rep_r), dumpable=False)
-        child = harness._Child(job, blobs, nonce)
+        harness.setup_process(job, fds, keep=(req_w, rep_r), dumpable=False)
+        child = harness.Child(job, blobs, nonce)
         program = _Program(pid, req_w, rep_r)
     except BaseException:  # noqa: BLE001
         _exit(121)
@@ -310,13 +310,13 @@ def _run_tests(child: Any, program: _Program, names: list, test_code: types.Code
         _exit(0)
     except (AssertionError, harness.NotPlainError, ChannelError) as err:
         program.stop()
-        _, message, _ = harness._describe(err)
+        _, message, _ = harness.describe(err)
         child.report("assert", msg=f"{_type(err).__name__}: {message}")
         _exit(0)
     except BaseException as err:  # noqa: BLE001
         program.stop()
-        name, message, mem = harness._describe(err)
-        harness._print_exception(err)
+        name, message, mem = harness.describe(err)
+        harness.print_exception(err)
         child.report("exc", exc=name, msg=message, mem=mem, where="tests")
         _exit(1)
     program.stop()

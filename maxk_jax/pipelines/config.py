@@ -20,8 +20,8 @@ import os
 from typing import Any, Optional
 
 from maxk_jax.data.synthetic import SyntheticConfig
-from maxk_jax.rl.run_config import (DistributedSettings, Options, RunConfig, _check_int, _check_type,
-                                    _option_pairs, _sampler, replace_fields)
+from maxk_jax.fields import Options, check_int, check_type, option_pairs
+from maxk_jax.rl.run_config import DistributedSettings, RunConfig, check_sampler, replace_fields
 from maxk_jax.rl.warmup import WarmupConfig
 from maxk_jax.sampling import SamplerSettings
 
@@ -59,8 +59,8 @@ class PipelineData:
 
     def __post_init__(self) -> None:
         for name in ("dataset", "path", "train_split", "eval_split"):
-            _check_type(getattr(self, name), f"data.{name}", str)
-        object.__setattr__(self, "options", _option_pairs(self.options, "data.options", "(('seed', 0),)"))
+            check_type(getattr(self, name), f"data.{name}", str)
+        object.__setattr__(self, "options", option_pairs(self.options, "data.options", "(('seed', 0),)"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -73,9 +73,9 @@ class TokenizerSettings:
     corpus_seed: int = 0
 
     def __post_init__(self) -> None:
-        _check_int(self.vocab_size, "tokenizer.vocab_size")
-        _check_int(self.corpus_problems, "tokenizer.corpus_problems")
-        _check_int(self.corpus_seed, "tokenizer.corpus_seed", 0)
+        check_int(self.vocab_size, "tokenizer.vocab_size")
+        check_int(self.corpus_problems, "tokenizer.corpus_problems")
+        check_int(self.corpus_seed, "tokenizer.corpus_seed", 0)
 
 
 TINY_DIMS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
@@ -97,10 +97,10 @@ class TinyModelSettings:
     init_seed: int = 0
 
     def __post_init__(self) -> None:
-        _check_type(self.path, "model.path", str)
+        check_type(self.path, "model.path", str)
         for name in TINY_DIMS:
-            _check_int(getattr(self, name), f"model.{name}")
-        _check_int(self.init_seed, "model.init_seed", 0)
+            check_int(getattr(self, name), f"model.{name}")
+        check_int(self.init_seed, "model.init_seed", 0)
 
     def dims(self) -> dict[str, int]:
         """The dimension keyword arguments of `maxk_jax.models.tiny.build_tiny_checkpoint`."""
@@ -122,8 +122,8 @@ class WarmupPhase:
     noise: float = 0.3
 
     def __post_init__(self) -> None:
-        _check_type(self.config, "warmup.config", WarmupConfig)
-        _check_int(self.per_problem, "warmup.per_problem")
+        check_type(self.config, "warmup.config", WarmupConfig)
+        check_int(self.per_problem, "warmup.per_problem")
         if isinstance(self.noise, bool) or not isinstance(self.noise, (int, float)) or not 0.0 <= self.noise <= 1.0:
             raise ValueError(f"warmup.noise={self.noise!r} must be in [0, 1]")
 
@@ -142,12 +142,12 @@ class PipelineEval:
     seed: int = 1234
 
     def __post_init__(self) -> None:
-        _sampler(self.sampler, "eval", min_new_tokens=1)
+        check_sampler(self.sampler, "eval", min_new_tokens=1)
         if not self.sampler.temperature > 0:
             raise ValueError(f"eval.temperature={self.sampler.temperature!r} must be > 0 (sampled pass@k / max@k)")
-        _check_int(self.num_problems, "eval.num_problems")
-        _check_int(self.batch_size, "eval.batch_size")
-        _check_int(self.seed, "eval.seed", 0)
+        check_int(self.num_problems, "eval.num_problems")
+        check_int(self.batch_size, "eval.batch_size")
+        check_int(self.seed, "eval.seed", 0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -177,13 +177,13 @@ class PipelineConfig:
 
         if not isinstance(self.name, str) or not self.name or "/" in self.name or self.name.startswith((".", "_")):
             raise ValueError(f"name={self.name!r} must be a plain directory name (no '/', not starting with . or _)")
-        _check_type(self.runs_dir, "runs_dir", str)
-        _check_int(self.seed, "seed", 0)
+        check_type(self.runs_dir, "runs_dir", str)
+        check_int(self.seed, "seed", 0)
         if not isinstance(self.executor, str) or not self.executor:
             raise ValueError(f"executor={self.executor!r} must be a non-empty string")
-        _check_type(self.executor_cache, "executor_cache", bool)
+        check_type(self.executor_cache, "executor_cache", bool)
         for f in dataclasses.fields(self):
-            kind = _SECTION_TYPES.get(f.name)
+            kind = SECTION_TYPES.get(f.name)
             if kind is not None and not isinstance(getattr(self, f.name), kind):
                 raise ValueError(f"{f.name}={getattr(self, f.name)!r} must be a {kind.__name__}")
         data = self.data
@@ -201,7 +201,7 @@ class PipelineConfig:
                                  "on the synthetic family only")
 
 
-_SECTION_TYPES: dict[str, type] = {
+SECTION_TYPES: dict[str, type] = {
     "data": PipelineData, "synthetic": SyntheticConfig, "tokenizer": TokenizerSettings,
     "model": TinyModelSettings, "warmup": WarmupPhase, "rl": RunConfig,
     "distributed": DistributedSettings, "eval": PipelineEval}

@@ -21,15 +21,15 @@ from typing import Any
 
 from ml_collections import ConfigDict
 
-from maxk_jax.pipelines.config import _SECTION_TYPES, PipelineConfig
+from maxk_jax.pipelines.config import SECTION_TYPES, PipelineConfig
 from maxk_jax.rl import config_dict as rl_config_dict
-from maxk_jax.rl.config_dict import _build, _section
+from maxk_jax.rl.config_dict import build_section, section_values
 
 
 def section_dict(section: Any) -> dict[str, Any]:
     """One section (a settings dataclass) as the plain dict of its ConfigDict form (composed
     settings flattened in place), e.g. ``section_dict(cfg.warmup)``."""
-    return ConfigDict(_section(section)).to_dict()
+    return ConfigDict(section_values(section)).to_dict()
 
 
 def to_config_dict(cfg: PipelineConfig) -> ConfigDict:
@@ -39,8 +39,8 @@ def to_config_dict(cfg: PipelineConfig) -> ConfigDict:
         value = getattr(cfg, f.name)
         if f.name == "rl":
             tree[f.name] = rl_config_dict.to_config_dict(value)
-        elif f.name in _SECTION_TYPES:
-            tree[f.name] = ConfigDict(_section(value))
+        elif f.name in SECTION_TYPES:
+            tree[f.name] = ConfigDict(section_values(value))
         else:
             tree[f.name] = value
     return ConfigDict(tree)
@@ -69,7 +69,7 @@ def from_config_dict(cfg: ConfigDict | Mapping[str, Any],
         _set_path(tree, path, value)
     defaults = PipelineConfig()
     kwargs: dict[str, Any] = {}
-    for name, cls in _SECTION_TYPES.items():
+    for name, cls in SECTION_TYPES.items():
         if name not in tree:
             continue
         section = tree.pop(name)
@@ -79,11 +79,11 @@ def from_config_dict(cfg: ConfigDict | Mapping[str, Any],
             if name == "rl":
                 kwargs[name] = rl_config_dict.from_config_dict(section)
             else:
-                kwargs[name] = _build(cls, section, name, defaults=getattr(defaults, name))
+                kwargs[name] = build_section(cls, section, name, defaults=getattr(defaults, name))
         except (ValueError, TypeError) as err:
             message = str(err)
             if name == "rl":
                 raise ValueError(f"rl.{message}") from err
             raise ValueError(message if message.startswith(name) else f"{name}: {message}") from err
-    rl_config_dict.check_top_level(tree, PipelineConfig, _SECTION_TYPES, "the pipeline config")
+    rl_config_dict.check_top_level(tree, PipelineConfig, SECTION_TYPES, "the pipeline config")
     return PipelineConfig(**kwargs, **tree)

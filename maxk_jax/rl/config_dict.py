@@ -29,7 +29,7 @@ from typing import Any
 from ml_collections import ConfigDict, FieldReference
 
 from maxk_jax.rl import losses
-from maxk_jax.rl.run_config import _SECTION_TYPES, AlgoSettings, RunConfig, loss_form
+from maxk_jax.rl.run_config import SECTION_TYPES, AlgoSettings, RunConfig, loss_form
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
 _RENAMED = {(losses.LossConfig, "kind"): "loss_kind"}   # flattened fields under another name
@@ -52,7 +52,9 @@ def _leaf(field: dataclasses.Field, value: Any) -> Any:
     return value
 
 
-def _section(obj: Any) -> dict[str, Any]:
+def section_values(obj: Any) -> dict[str, Any]:
+    """A typed section's fields as command-line values (tuples kept, nested sections flattened
+    under their command-line names)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
@@ -60,7 +62,7 @@ def _section(obj: Any) -> dict[str, Any]:
             for sub in dataclasses.fields(value):
                 out[_RENAMED.get((type(value), sub.name), sub.name)] = _leaf(sub, getattr(value, sub.name))
         elif dataclasses.is_dataclass(value):
-            out[f.name] = ConfigDict(_section(value))
+            out[f.name] = ConfigDict(section_values(value))
         else:
             out[f.name] = _leaf(f, value)
     return out
@@ -72,7 +74,7 @@ def _derived_norm_length(aggregation: str, max_new_tokens: int) -> int | None:
 
 def to_config_dict(run: RunConfig) -> ConfigDict:
     """The ConfigDict of `run` (module docstring); ``from_config_dict`` of it gives `run` back."""
-    tree = _section(run)
+    tree = section_values(run)
     algo, loss = tree["algo"], run.algo.loss
     algo["loss_kind"] = "auto" if loss.kind == loss_form(run.algo.estimator) else loss.kind
     derived = _derived_norm_length(loss.aggregation, run.rollout.sampler.max_new_tokens)
@@ -99,8 +101,8 @@ def _fields_text(cls: type) -> str:
     return ", ".join(sorted(names))
 
 
-def _build(cls: type, values: Mapping[str, Any], section: str,
-           context: Mapping[str, Any] | None = None, defaults: Any = None) -> Any:
+def build_section(cls: type, values: Mapping[str, Any], section: str,
+                  context: Mapping[str, Any] | None = None, defaults: Any = None) -> Any:
     """An instance of the section class `cls` from its ConfigDict fields (missing = the field of
     `defaults`, an instance of `cls`; None = ``cls()``)."""
     values = dict(values)
@@ -142,7 +144,7 @@ def from_config_dict(cfg: ConfigDict | Mapping[str, Any]) -> RunConfig:
     the field and value of any bad setting, or the fields a section does not have."""
     tree = dict(cfg.to_dict() if isinstance(cfg, ConfigDict) else cfg)
     kwargs: dict[str, Any] = {}
-    order = [n for n in _SECTION_TYPES if n != "algo"] + ["algo"]   # algo reads rollout's length
+    order = [n for n in SECTION_TYPES if n != "algo"] + ["algo"]   # algo reads rollout's length
     for name in order:
         if name not in tree:
             continue
@@ -150,13 +152,13 @@ def from_config_dict(cfg: ConfigDict | Mapping[str, Any]) -> RunConfig:
         if not isinstance(section, Mapping):
             raise ValueError(f"{name}={section!r} must be a config section")
         context = {"max_new_tokens": (kwargs["rollout"] if "rollout" in kwargs else
-                                      _SECTION_TYPES["rollout"]()).sampler.max_new_tokens}
+                                      SECTION_TYPES["rollout"]()).sampler.max_new_tokens}
         try:
-            kwargs[name] = _build(_SECTION_TYPES[name], section, name, context)
+            kwargs[name] = build_section(SECTION_TYPES[name], section, name, context)
         except (ValueError, TypeError) as err:
             message = str(err)
             raise ValueError(message if message.startswith(f"{name}") else f"{name}: {message}") from err
-    check_top_level(tree, RunConfig, _SECTION_TYPES, "the run config")
+    check_top_level(tree, RunConfig, SECTION_TYPES, "the run config")
     return RunConfig(**kwargs, **tree)
 
 

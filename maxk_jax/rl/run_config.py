@@ -18,74 +18,29 @@ each way, the schema generated from these defaults).
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple
 
 from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.rl import losses
 from maxk_jax.rl.rollout import PROMPT_FORMATS
-from maxk_jax.rl.training import StepConfig, _is_int, loss_kind
+from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
+                             option_pairs)
+from maxk_jax.rl.training import StepConfig, loss_kind
 from maxk_jax.sampling import MIN_PROMPT_BUCKET, SamplerSettings, validate_filters
 from maxk_jax.sharding import MeshConfig
 
 DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("constant", "cosine", "linear")
 BEHAVIOUR_LOGPROBS = ("trainer", "sampler")   # algo.behaviour_logprobs: where π_old comes from
-Options = tuple[tuple[str, Any], ...]
 
 
-def _check_int(value: Any, name: str, minimum: int = 1) -> None:
-    if not _is_int(value) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
-
-
-def _check_real(value: Any, name: str, text: str, ok: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not ok:
-        raise ValueError(f"{name}={value!r} must be {text}")
-
-
-def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not one of {choices}")
-
-
-def _check_type(value: Any, name: str, kind: type) -> None:
-    if not isinstance(value, kind):
-        raise ValueError(f"{name}={value!r} must be a {kind.__name__}")
-
-
-def _int_tuple(obj: Any, field: str, name: str, minimum: int) -> None:
-    """Normalise ``obj.field`` (any sequence) to a tuple of ints >= minimum, in place."""
-    value = getattr(obj, field)
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise ValueError(f"{name}={value!r} must be a tuple of ints, e.g. (1, 2)")
-    value = tuple(value)
-    if not all(_is_int(x) and x >= minimum for x in value):
-        raise ValueError(f"{name}={value!r} must be a tuple of ints >= {minimum}")
-    object.__setattr__(obj, field, tuple(int(x) for x in value))
-
-
-def _option_pairs(value: Any, name: str, example: str) -> Options:
-    """`value` (name/value pairs or a mapping) as sorted (name, value) pairs; ValueError naming
-    `name` and the value when it is not pairs or names an option twice."""
-    options = tuple(value.items()) if isinstance(value, Mapping) else value
-    if isinstance(options, (str, bytes)) or not hasattr(options, "__iter__") or not all(
-            isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) for p in options):
-        raise ValueError(f"{name}={value!r} must be (name, value) pairs, e.g. {example}")
-    options = tuple(sorted(((str(k), v) for k, v in options), key=lambda p: p[0]))
-    if len({k for k, _ in options}) != len(options):
-        raise ValueError(f"{name}={options!r} names an option twice")
-    return options
-
-
-def _sampler(s: Any, section: str, *, min_new_tokens: int) -> None:
+def check_sampler(s: Any, section: str, *, min_new_tokens: int) -> None:
     """Checks of a section's ``sampler`` (named ``<section>.<field>``, as on the command line)."""
     if not isinstance(s, SamplerSettings):
         raise ValueError(f"{section}.sampler={s!r} must be a sampling.SamplerSettings")
-    _check_int(s.n, f"{section}.n")
-    _check_int(s.max_new_tokens, f"{section}.max_new_tokens", min_new_tokens)
+    check_int(s.n, f"{section}.n")
+    check_int(s.max_new_tokens, f"{section}.max_new_tokens", min_new_tokens)
     try:
         validate_filters(s.temperature, s.top_k, s.top_p)
     except ValueError as err:
@@ -111,17 +66,17 @@ class ModelSettings:
     logprob_chunk: int | None = None
 
     def __post_init__(self) -> None:
-        _check_type(self.path, "model.path", str)
-        _check_type(self.tokenizer_path, "model.tokenizer_path", str)
+        check_type(self.path, "model.path", str)
+        check_type(self.tokenizer_path, "model.tokenizer_path", str)
         if self.dtype not in DTYPES:
             raise ValueError(f"model.dtype={self.dtype!r} must be 'float32' or 'bfloat16'")
         if self.compute_dtype not in ("",) + DTYPES:
             raise ValueError(f"model.compute_dtype={self.compute_dtype!r} must be '', 'float32' or 'bfloat16'")
         if self.reference_dtype not in ("",) + DTYPES:
             raise ValueError(f"model.reference_dtype={self.reference_dtype!r} must be '', 'float32' or 'bfloat16'")
-        _check_type(self.remat, "model.remat", bool)
+        check_type(self.remat, "model.remat", bool)
         if self.logprob_chunk is not None:
-            _check_int(self.logprob_chunk, "model.logprob_chunk")
+            check_int(self.logprob_chunk, "model.logprob_chunk")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -145,12 +100,12 @@ class ProblemSource:
     def __post_init__(self) -> None:
         s = self.SECTION
         for name in ("dataset", "path", "split", "problems"):
-            _check_type(getattr(self, name), f"{s}.{name}", str)
-        object.__setattr__(self, "options", _option_pairs(self.options, f"{s}.options", "(('seed', 0),)"))
-        _check_int(self.limit, f"{s}.limit", 0)
-        _check_int(self.synthetic_seed, f"{s}.synthetic_seed", 0)
-        _check_int(self.synthetic_num_train, f"{s}.synthetic_num_train")
-        _check_int(self.synthetic_num_test, f"{s}.synthetic_num_test")
+            check_type(getattr(self, name), f"{s}.{name}", str)
+        object.__setattr__(self, "options", option_pairs(self.options, f"{s}.options", "(('seed', 0),)"))
+        check_int(self.limit, f"{s}.limit", 0)
+        check_int(self.synthetic_seed, f"{s}.synthetic_seed", 0)
+        check_int(self.synthetic_num_train, f"{s}.synthetic_num_train")
+        check_int(self.synthetic_num_test, f"{s}.synthetic_num_test")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -171,13 +126,13 @@ class DataSettings(ProblemSource):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_int(self.epochs, "data.epochs")
-        _check_type(self.shuffle, "data.shuffle", bool)
+        check_int(self.epochs, "data.epochs")
+        check_type(self.shuffle, "data.shuffle", bool)
         if self.prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"data.prompt_format={self.prompt_format!r} is not one of {PROMPT_FORMATS}")
         if self.chat is not None and not isinstance(self.chat, bool):
             raise ValueError(f"data.chat={self.chat!r} must be True, False or None (auto)")
-        _check_type(self.system_prompt, "data.system_prompt", str)
+        check_type(self.system_prompt, "data.system_prompt", str)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -201,17 +156,17 @@ class RolloutConfig:
     min_prompt_bucket: int = MIN_PROMPT_BUCKET
 
     def __post_init__(self) -> None:
-        _check_int(self.prompts, "rollout.prompts")
-        _sampler(self.sampler, "rollout", min_new_tokens=1)
+        check_int(self.prompts, "rollout.prompts")
+        check_sampler(self.sampler, "rollout", min_new_tokens=1)
         if not self.sampler.temperature > 0:
             raise ValueError(f"rollout.temperature={self.sampler.temperature!r} must be a finite number > 0 "
                              "for training (greedy sampling has no policy gradient)")
-        _int_tuple(self, "eos_ids", "rollout.eos_ids", 0)
+        int_tuple(self, "eos_ids", "rollout.eos_ids", 0)
         if not isinstance(self.executor, str) or not self.executor:
             raise ValueError(f"rollout.executor={self.executor!r} must be a non-empty string")
-        _check_int(self.sandbox_retries, "rollout.sandbox_retries", 0)
-        _check_int(self.masked_steps_tolerated, "rollout.masked_steps_tolerated", 0)
-        _check_int(self.min_prompt_bucket, "rollout.min_prompt_bucket")
+        check_int(self.sandbox_retries, "rollout.sandbox_retries", 0)
+        check_int(self.masked_steps_tolerated, "rollout.masked_steps_tolerated", 0)
+        check_int(self.min_prompt_bucket, "rollout.min_prompt_bucket")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -236,15 +191,15 @@ class AlgoSettings:
 
     def __post_init__(self) -> None:
         info = estimator_info(self.estimator)   # ValueError "unknown estimator ..." naming the valid ones
-        options = _option_pairs(self.estimator_options, "algo.estimator_options", "(('clamp_delta', 0.5),)")
+        options = option_pairs(self.estimator_options, "algo.estimator_options", "(('clamp_delta', 0.5),)")
         object.__setattr__(self, "estimator_options", options)
         try:
             get_estimator(info.name, **dict(options))
         except (ValueError, TypeError) as err:
             raise ValueError(f"algo.estimator_options={options!r}: {err}") from err
-        _check_int(self.k, "algo.k")
-        _check_int(self.ppo_iterations, "algo.ppo_iterations")
-        _check_choice(self.behaviour_logprobs, "algo.behaviour_logprobs", BEHAVIOUR_LOGPROBS)
+        check_int(self.k, "algo.k")
+        check_int(self.ppo_iterations, "algo.ppo_iterations")
+        check_choice(self.behaviour_logprobs, "algo.behaviour_logprobs", BEHAVIOUR_LOGPROBS)
         if not isinstance(self.loss, losses.LossConfig):
             raise ValueError(f"algo.loss={self.loss!r} must be a losses.LossConfig")
 
@@ -270,17 +225,17 @@ class OptimSettings:
     mu_dtype: str = ""
 
     def __post_init__(self) -> None:
-        _check_real(self.learning_rate, "optim.learning_rate", "a finite number > 0", self.learning_rate > 0)
-        _check_choice(self.schedule, "optim.schedule", SCHEDULES)
-        _check_int(self.warmup_steps, "optim.warmup_steps", 0)
+        check_real(self.learning_rate, "optim.learning_rate", "a finite number > 0", self.learning_rate > 0)
+        check_choice(self.schedule, "optim.schedule", SCHEDULES)
+        check_int(self.warmup_steps, "optim.warmup_steps", 0)
         for name in ("b1", "b2"):
             v = getattr(self, name)
-            _check_real(v, f"optim.{name}", "in [0, 1)", 0 <= v < 1)
-        _check_real(self.eps, "optim.eps", "a finite number > 0", self.eps > 0)
-        _check_real(self.weight_decay, "optim.weight_decay", "a finite number >= 0", self.weight_decay >= 0)
-        _check_real(self.max_grad_norm, "optim.max_grad_norm", "a finite number >= 0 (0 = off)",
+            check_real(v, f"optim.{name}", "in [0, 1)", 0 <= v < 1)
+        check_real(self.eps, "optim.eps", "a finite number > 0", self.eps > 0)
+        check_real(self.weight_decay, "optim.weight_decay", "a finite number >= 0", self.weight_decay >= 0)
+        check_real(self.max_grad_norm, "optim.max_grad_norm", "a finite number >= 0 (0 = off)",
                     self.max_grad_norm >= 0)
-        _check_int(self.micro_batches, "optim.micro_batches")
+        check_int(self.micro_batches, "optim.micro_batches")
         if self.mu_dtype not in ("",) + DTYPES:
             raise ValueError(f"optim.mu_dtype={self.mu_dtype!r} must be '', 'float32' or 'bfloat16'")
 
@@ -297,10 +252,10 @@ class DistributedSettings:
     process_id: int = 0
 
     def __post_init__(self) -> None:
-        _check_type(self.enabled, "distributed.enabled", bool)
-        _check_type(self.coordinator_address, "distributed.coordinator_address", str)
-        _check_int(self.num_processes, "distributed.num_processes")
-        if not _is_int(self.process_id) or not 0 <= self.process_id < self.num_processes:
+        check_type(self.enabled, "distributed.enabled", bool)
+        check_type(self.coordinator_address, "distributed.coordinator_address", str)
+        check_int(self.num_processes, "distributed.num_processes")
+        if not is_int(self.process_id) or not 0 <= self.process_id < self.num_processes:
             raise ValueError(f"distributed.process_id={self.process_id!r} must be an int in "
                              f"[0, num_processes={self.num_processes})")
 
@@ -314,8 +269,8 @@ class CheckpointSettings:
     keep: int = 3
 
     def __post_init__(self) -> None:
-        _check_int(self.interval, "checkpoint.interval")
-        _check_int(self.keep, "checkpoint.keep")
+        check_int(self.interval, "checkpoint.interval")
+        check_int(self.keep, "checkpoint.keep")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -337,14 +292,14 @@ class EvalSettings(ProblemSource):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_int(self.interval, "eval.interval", 0)
-        _sampler(self.sampler, "eval", min_new_tokens=0)
-        _int_tuple(self, "ks", "eval.ks", 1)
+        check_int(self.interval, "eval.interval", 0)
+        check_sampler(self.sampler, "eval", min_new_tokens=0)
+        int_tuple(self, "ks", "eval.ks", 1)
         for k in self.ks:
             if k > self.sampler.n:
                 raise ValueError(f"eval.ks has k={k} outside [1, eval.n={self.sampler.n}]")
-        _check_int(self.batch_size, "eval.batch_size")
-        _check_int(self.seed, "eval.seed", 0)
+        check_int(self.batch_size, "eval.batch_size")
+        check_int(self.seed, "eval.seed", 0)
         if self.interval and not (self.dataset or self.problems):
             raise ValueError("eval.interval > 0 needs eval.dataset or eval.problems")
 
@@ -358,8 +313,8 @@ class LogSettings:
     wandb_project: str = ""
 
     def __post_init__(self) -> None:
-        _check_type(self.tensorboard, "log.tensorboard", bool)
-        _check_type(self.wandb_project, "log.wandb_project", str)
+        check_type(self.tensorboard, "log.tensorboard", bool)
+        check_type(self.wandb_project, "log.wandb_project", str)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -385,16 +340,16 @@ class RunConfig:
     log: LogSettings = dataclasses.field(default_factory=LogSettings)
 
     def __post_init__(self) -> None:
-        _check_type(self.name, "name", str)
-        _check_int(self.seed, "seed", 0)
-        _check_type(self.output_dir, "output_dir", str)
-        _check_int(self.max_steps, "max_steps", 0)
+        check_type(self.name, "name", str)
+        check_int(self.seed, "seed", 0)
+        check_type(self.output_dir, "output_dir", str)
+        check_int(self.max_steps, "max_steps", 0)
         for f in dataclasses.fields(self):
-            kind = _SECTION_TYPES.get(f.name)
+            kind = SECTION_TYPES.get(f.name)
             if kind is not None and not isinstance(getattr(self, f.name), kind):
                 raise ValueError(f"{f.name}={getattr(self, f.name)!r} must be a {kind.__name__}")
         sizes = {"data": self.mesh.data, "fsdp": self.mesh.fsdp, "tensor": self.mesh.tensor}
-        bad = {k: v for k, v in sizes.items() if not _is_int(v) or (v < 1 and v != -1)}
+        bad = {k: v for k, v in sizes.items() if not is_int(v) or (v < 1 and v != -1)}
         if bad or sum(v == -1 for v in sizes.values()) > 1:
             raise ValueError(f"mesh={sizes} must hold positive ints, at most one of them -1 (= the rest)")
         self.step_config()   # k vs n, the estimator's minimum k, the train step's sampling checks
@@ -410,7 +365,7 @@ class RunConfig:
             raise ValueError(f"algo.{err}") from err
 
 
-_SECTION_TYPES: dict[str, type] = {
+SECTION_TYPES: dict[str, type] = {
     "model": ModelSettings, "data": DataSettings, "rollout": RolloutConfig, "algo": AlgoSettings,
     "optim": OptimSettings, "mesh": MeshConfig, "distributed": DistributedSettings,
     "checkpoint": CheckpointSettings, "eval": EvalSettings, "log": LogSettings}
@@ -429,7 +384,7 @@ def loss_form(estimator: str, kind: str = "auto") -> str:
     """The loss form of `estimator`: `kind`, or the registry's form (`training.loss_kind`) when it is "auto"."""
     if kind == "auto":
         return loss_kind(estimator)
-    _check_choice(kind, "loss_kind", ("auto",) + losses.KINDS)
+    check_choice(kind, "loss_kind", ("auto",) + losses.KINDS)
     return kind
 
 

@@ -60,6 +60,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from maxk_jax.rl import logprobs, losses
 from maxk_jax import sharding as sharding_lib
+from maxk_jax.fields import is_int
 from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.models import qwen2
 from maxk_jax.sampling import SamplerSettings, top_k_mask, top_p_mask
@@ -71,10 +72,6 @@ DELTA_THRESHOLDS = (0.2, 0.5, 1.0)   # |delta| = |rho - 1| levels counted in the
 def loss_kind(estimator: str) -> str:
     """The registry's default loss form of `estimator` ("clipped" for every registered name)."""
     return estimator_info(estimator).loss_form
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -110,9 +107,9 @@ class StepConfig:
         if not isinstance(self.loss, losses.LossConfig):
             raise ValueError(f"loss={self.loss!r} must be a losses.LossConfig")
         s = self.sampler
-        if not _is_int(s.n) or s.n < 1:
+        if not is_int(s.n) or s.n < 1:
             raise ValueError(f"n={s.n!r} must be an int >= 1 (samples per prompt)")
-        if not _is_int(self.k) or not 1 <= self.k <= s.n:
+        if not is_int(self.k) or not 1 <= self.k <= s.n:
             raise ValueError(f"k={self.k!r} must be an int with 1 <= k <= n={s.n}")
         if not (isinstance(s.temperature, numbers.Real) and math.isfinite(s.temperature)
                 and s.temperature > 0):
@@ -120,11 +117,11 @@ class StepConfig:
                              "training (greedy sampling has no policy gradient)")
         if not (isinstance(s.top_p, numbers.Real) and 0 < s.top_p <= 1):
             raise ValueError(f"top_p={s.top_p!r} must be in (0, 1]")
-        if not _is_int(s.top_k) or s.top_k < 0:
+        if not is_int(s.top_k) or s.top_k < 0:
             raise ValueError(f"top_k={s.top_k!r} must be an int >= 0 (0 = off)")
-        if not _is_int(self.micro_batches) or self.micro_batches < 1:
+        if not is_int(self.micro_batches) or self.micro_batches < 1:
             raise ValueError(f"micro_batches={self.micro_batches!r} must be an int >= 1")
-        if self.logprob_chunk is not None and (not _is_int(self.logprob_chunk) or self.logprob_chunk < 1):
+        if self.logprob_chunk is not None and (not is_int(self.logprob_chunk) or self.logprob_chunk < 1):
             raise ValueError(f"logprob_chunk={self.logprob_chunk!r} must be an int >= 1 or None")
         fn = self.estimator_fn()
         rows = jax.ShapeDtypeStruct((1, s.n), jnp.float32)
@@ -204,9 +201,9 @@ def make_optimizer(learning_rate: float, *, total_steps: int, schedule: str = "c
     Returns ``(tx, schedule)`` (the schedule maps the update count to the learning rate)."""
     if not (isinstance(learning_rate, numbers.Real) and learning_rate > 0):
         raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
-    if not _is_int(total_steps) or total_steps < 1:
+    if not is_int(total_steps) or total_steps < 1:
         raise ValueError(f"total_steps={total_steps!r} must be an int >= 1")
-    if not _is_int(warmup_steps) or not 0 <= warmup_steps <= total_steps:
+    if not is_int(warmup_steps) or not 0 <= warmup_steps <= total_steps:
         raise ValueError(f"warmup_steps={warmup_steps!r} must be an int in [0, total_steps={total_steps}]")
     if max_grad_norm is not None and not max_grad_norm > 0:
         raise ValueError(f"max_grad_norm={max_grad_norm!r} must be > 0 or None")

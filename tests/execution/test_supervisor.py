@@ -238,10 +238,10 @@ ASSERT_CHEATS = [
      "def f(x):\n    return -1"),
     # issue 14: find the harness object with gc, report "done" with its nonce, exit
     ("gc-harness-report", "import gc, os\ndef f(x):\n    return -1\nfor o in gc.get_objects():\n"
-     "    if type(o).__name__ == '_Child' and hasattr(o, 'report'):\n        o.report('done')\n        os._exit(0)"),
+     "    if type(o).__name__ == 'Child' and hasattr(o, 'report'):\n        o.report('done')\n        os._exit(0)"),
     # reach the harness's globals through gc and make every guarded comparison and truth test true
     ("gc-patch-guards", "import gc\ndef f(x):\n    return -1\nfor o in gc.get_objects():\n"
-     "    if type(o).__name__ == '_Child':\n        g = type(o).report.__globals__\n"
+     "    if type(o).__name__ == 'Child':\n        g = type(o).report.__globals__\n"
      "        for k in list(g['_OPS']):\n            g['_OPS'][k] = lambda a, b: True\n"
      "        g['safe_truth'].__code__ = (lambda v: True).__code__\n"
      "        g['safe_compare'].__code__ = (lambda ops, *v: True).__code__"),
