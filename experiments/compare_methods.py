@@ -56,7 +56,7 @@ def define_flags() -> None:
     flags.DEFINE_string("name", "compare_methods", "Output directory name under the runs directory.")
     flags.DEFINE_string("runs_dir", None, "Runs directory (default: config.runs_dir); the base-model cache is shared "
                         "with experiments.tiny_pipeline.")
-    flags.DEFINE_integer("large_k", None, "The 'large k' column of the table (default: config.eval.n).")
+    flags.DEFINE_integer("large_k", None, "The 'large k' column of the table (default: config.eval.sampler.n).")
     flags.DEFINE_bool("overwrite", False, "Delete earlier results of this comparison instead of resuming them.")
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars for warm-up, RL and evaluation.")
 

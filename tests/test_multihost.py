@@ -115,15 +115,15 @@ def train_cluster_flags(port: int, i: int) -> list[str]:
 def train_args(ckpt: str, problems: str, out_dir, resume: bool = False) -> list[str]:
     return ["--config=experiments/configs/tiny_synthetic.py", "--progress=false",
             f"--config.model.path={ckpt}", f"--config.output_dir={out_dir}", "--config.data.dataset=",
-            f"--config.data.problems={problems}", "--config.rollout.prompts=4", "--config.rollout.n=2",
-            "--config.rollout.max_new_tokens=10", "--config.rollout.executor=embedded:1", "--config.algo.k=2",
+            f"--config.data.problems={problems}", "--config.rollout.prompts=4", "--config.rollout.sampler.n=2",
+            "--config.rollout.sampler.max_new_tokens=10", "--config.rollout.executor=embedded:1", "--config.algo.k=2",
             "--config.algo.ppo_iterations=2", "--config.max_steps=2", "--config.checkpoint.interval=1",
             "--config.log.tensorboard=false", "--config.mesh.data=-1",
             # in-loop evaluation at step 2: 3 problems in one sampling group, split 2 + 1 (same
             # sampler settings as the rollout, so no extra compilation)
             "--config.eval.interval=2", "--config.eval.dataset=", f"--config.eval.problems={problems}",
-            "--config.eval.limit=3", "--config.eval.n=2", "--config.eval.ks=1,2",
-            "--config.eval.max_new_tokens=0"] + (["--resume"] if resume else [])   # 0: the rollout's
+            "--config.eval.limit=3", "--config.eval.sampler.n=2", "--config.eval.ks=1,2",
+            "--config.eval.sampler.max_new_tokens=0"] + (["--resume"] if resume else [])   # 0: the rollout's
 
 
 def close(a: float, b: float) -> bool:

@@ -1,7 +1,7 @@
 """The laptop-scale main job (experiments/tiny_pipeline.py): tiny Qwen2 on the synthetic family.
 
     .venv/bin/python -m experiments.tiny_pipeline                       # this config
-    .venv/bin/python -m experiments.tiny_pipeline --config.rl.max_steps=40 --config.eval.n=32
+    .venv/bin/python -m experiments.tiny_pipeline --config.rl.max_steps=40 --config.eval.sampler.n=32
     .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # seconds
 
 Phases and their fields:

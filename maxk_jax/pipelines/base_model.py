@@ -53,9 +53,11 @@ def prepare_data(cfg: PipelineConfig, cache_root: str) -> tuple[str, list[Proble
 
 def base_settings(cfg: PipelineConfig) -> dict[str, dict[str, Any]]:
     """The settings that determine the warmed-up base checkpoint, by section (synthetic,
-    tokenizer, model except ``path``, warmup; ``warmup.logprob_chunk`` only when set: it came
-    after the first cache entries and its default leaves their keys unchanged)."""
+    tokenizer, model except ``path``, warmup; ``warmup.config.logprob_chunk`` only when set: it came
+    after the first cache entries and its default leaves their keys unchanged; the warm-up's
+    ``config`` fields flat beside ``per_problem`` and ``noise``, as the keys were first made)."""
     warmup = section_dict(cfg.warmup)
+    warmup = {**warmup.pop("config"), **warmup}
     if warmup.get("logprob_chunk") is None:
         warmup.pop("logprob_chunk", None)
     return {"synthetic": section_dict(cfg.synthetic), "tokenizer": section_dict(cfg.tokenizer),

@@ -184,10 +184,11 @@ def comparison_settings(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequ
     config without the run name, runs directory and the per-method RL fields, plus methods, seeds
     and large_k."""
     shared = {k: v for k, v in to_config_dict(cfg).to_dict().items() if k not in ("name", "runs_dir")}
-    for key in ("estimator", "loss_kind", "estimator_options"):   # set per method
+    for key in ("estimator", "estimator_options"):   # set per method
         shared["rl"]["algo"].pop(key, None)
-    if shared["warmup"].get("logprob_chunk") is None:   # newer than the first comparisons (see base_key)
-        shared["warmup"].pop("logprob_chunk", None)
+    shared["rl"]["algo"]["loss"].pop("kind", None)
+    if shared["warmup"]["config"].get("logprob_chunk") is None:   # newer than the first comparisons (see base_key)
+        shared["warmup"]["config"].pop("logprob_chunk", None)
     return {"config": shared, "methods": list(methods), "seeds": list(seeds), "large_k": large_k}
 
 
@@ -208,7 +209,7 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
     """Train and evaluate every (method, seed) of the pipeline config `cfg` (synthetic data, tiny
     base model); write results.md / results.json / max_at_k.png / frontier.png under
     ``<cfg.runs_dir>/<name>`` (module docstring). method_table: the named methods
-    (`maxk_jax.pipelines.methods`); large_k: the table's large-k column (default ``eval.n``);
+    (`maxk_jax.pipelines.methods`); large_k: the table's large-k column (default ``eval.sampler.n``);
     executor: the judge (default ``make_executor(cfg.executor)``, closed at the end). ValueError
     for bad settings or a directory holding a comparison with other settings (unless
     `overwrite`). Returns ``{"out_dir", "results", "plot", "aggregate", "timings"}``."""
@@ -225,7 +226,7 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                          "unset data.dataset / model.path")
     methods = validate_methods(methods, cfg, method_table)
     if not isinstance(large_k, int) or not 1 <= large_k <= n:
-        raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.n={n}]")
+        raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.sampler.n={n}]")
     out_dir = os.path.abspath(os.path.join(cfg.runs_dir, name))
     settings = comparison_settings(cfg, methods, seeds, large_k)
     settings_path = os.path.join(out_dir, "compare_config.json")

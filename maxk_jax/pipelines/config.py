@@ -116,8 +116,7 @@ class WarmupPhase:
     config: WarmupConfig = dataclasses.field(
         default_factory=lambda: WarmupConfig(steps=800, seed=0, batch_size=16, learning_rate=8e-3,
                                              lr_warmup_steps=30, final_lr_fraction=0.1, weight_decay=0.0,
-                                             max_grad_norm=1.0, length_bucket=32, sort_window=16),
-        metadata={"flat": True})
+                                             max_grad_norm=1.0, length_bucket=32, sort_window=16))
     per_problem: int = 4
     noise: float = 0.3
 
@@ -135,8 +134,7 @@ class PipelineEval:
     sampler call, the same sample keys (``seed``) for both models."""
 
     sampler: SamplerSettings = dataclasses.field(
-        default_factory=lambda: SamplerSettings(n=64, max_new_tokens=64, temperature=1.0, top_k=0, top_p=1.0),
-        metadata={"flat": True})
+        default_factory=lambda: SamplerSettings(n=64, max_new_tokens=64, temperature=1.0, top_k=0, top_p=1.0))
     num_problems: int = 48
     batch_size: int = 512
     seed: int = 1234
@@ -144,7 +142,7 @@ class PipelineEval:
     def __post_init__(self) -> None:
         check_sampler(self.sampler, "eval", min_new_tokens=1)
         if not self.sampler.temperature > 0:
-            raise ValueError(f"eval.temperature={self.sampler.temperature!r} must be > 0 (sampled pass@k / max@k)")
+            raise ValueError(f"eval.sampler.temperature={self.sampler.temperature!r} must be > 0 (sampled pass@k / max@k)")
         check_int(self.num_problems, "eval.num_problems")
         check_int(self.batch_size, "eval.batch_size")
         check_int(self.seed, "eval.seed", 0)

@@ -4,12 +4,11 @@ one conversion each way, built with the run config's machinery (``maxk_jax.rl.co
     cfg = to_config_dict(default_config())                 # experiments/configs/tiny.py:get_config
     pipe = from_config_dict(FLAGS.config, shortcut_overrides(estimator=FLAGS.estimator, ...))
 
-The tree has one section per `PipelineConfig` section with the same field names, except that the
-composed settings sit flat in their section (as the command line always had them):
-``warmup.{steps, seed, batch_size, learning_rate, ...}`` are the fields of ``warmup.config``
-(`maxk_jax.rl.warmup.WarmupConfig`) beside ``per_problem`` and ``noise``;
-``eval.{n, max_new_tokens, temperature, top_k, top_p}`` those of ``eval.sampler``; ``rl`` is the RL
-run's own ConfigDict (``maxk_jax.rl.config_dict``).  Values keep their types, e.g.
+The tree has the typed config's shape and spelling: one section per `PipelineConfig` section,
+composed settings as sub-sections under their field names -- ``warmup.config.{steps, seed,
+batch_size, learning_rate, ...}`` (`maxk_jax.rl.warmup.WarmupConfig`) beside ``warmup.per_problem``
+and ``warmup.noise``, ``eval.sampler.{n, max_new_tokens, temperature, top_k, top_p}``; ``rl`` is the
+RL run's own ConfigDict (``maxk_jax.rl.config_dict``).  Values keep their types, e.g.
 ``--config.data.options="(('seed', 0),)"``.
 """
 from __future__ import annotations
@@ -28,7 +27,7 @@ from maxk_jax.rl.config_dict import build_section, section_values
 
 def section_dict(section: Any) -> dict[str, Any]:
     """One section (a settings dataclass) as the plain dict of its ConfigDict form (composed
-    settings flattened in place), e.g. ``section_dict(cfg.warmup)``."""
+    settings as nested dicts), e.g. ``section_dict(cfg.warmup)``."""
     return ConfigDict(section_values(section)).to_dict()
 
 

@@ -6,7 +6,7 @@ Phases (each timed, wall and CPU seconds reported):
   2. base      tokenizer + tiny Qwen2 + supervised warm-up (`base_model.prepare_base`), cached under
                ``<runs_dir>/_cache/base-<hash>``; skipped when ``model.path`` names a HF checkpoint.
   3. rl        the RL loop (`maxk_jax.rl.loop.run`) with the chosen estimator, writing ``<run>/rl``.
-  4. eval      base and trained model on the test problems, ``eval.n`` samples each with the SAME
+  4. eval      base and trained model on the test problems, ``eval.sampler.n`` samples each with the SAME
                sample keys (paired), judged by the run's judge (`evaluation.open_judge`).
   5. report    ``<run>/report.md`` (phase timings, pass@k and max@k, base vs trained, paired
                Wilcoxon p-values), ``<run>/curves.png``, ``<run>/timings.json``; per-model details

@@ -48,7 +48,7 @@ def validate_config(cfg: RunConfig, num_devices: int | None = None) -> training.
 
 
 def eval_ks(cfg: RunConfig) -> list[int]:
-    """k values of the periodic evaluation: ``eval.ks`` or 1, 2, 4, ..., eval.n."""
+    """k values of the periodic evaluation: ``eval.ks`` or 1, 2, 4, ..., eval.sampler.n."""
     if cfg.eval.ks:
         return list(cfg.eval.ks)
     n = cfg.eval.sampler.n
@@ -56,7 +56,7 @@ def eval_ks(cfg: RunConfig) -> list[int]:
 
 
 def eval_sampler(cfg: RunConfig) -> SamplerSettings:
-    """The evaluation's sampler settings (``eval.max_new_tokens`` 0 = ``rollout.max_new_tokens``)."""
+    """The evaluation's sampler settings (``eval.sampler.max_new_tokens`` 0 = ``rollout.sampler.max_new_tokens``)."""
     s = cfg.eval.sampler
     return dataclasses.replace(s, max_new_tokens=s.max_new_tokens or cfg.rollout.sampler.max_new_tokens)
 

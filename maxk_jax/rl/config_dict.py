@@ -5,16 +5,18 @@ ConfigDict with `to_config_dict`, so the schema is the dataclasses' defaults, wr
     cfg = to_config_dict(RunConfig())          # experiments/configs/base.py:get_config
     run = from_config_dict(FLAGS.config)       # experiments/train.py, after absl parsed overrides
 
-The tree has one section per `RunConfig` section with the same field names, except that the
-composed settings are flattened into their section (as the command line always had them):
-``rollout.{n, max_new_tokens, temperature, top_k, top_p}`` and ``eval.{...}`` are the fields of
-the section's ``sampler`` (``sampling.SamplerSettings``), ``algo.{eps_low, eps_high, kl_beta,
-kl_estimator, aggregation, entropy_coef}`` those of ``algo.loss`` (``losses.LossConfig``), with
-``algo.loss_kind`` = its ``kind`` ("auto" = the estimator's registry form) and ``algo.norm_length``
-(None = rollout.max_new_tokens when aggregation is "seq_sum_norm").  Values keep their types:
-tuples for ``eval.ks`` / ``rollout.eos_ids`` / ``algo.estimator_options`` (``(name, value)``
-pairs), typed placeholders (None allowed) for optional fields (``data.chat``,
-``model.logprob_chunk``, ``algo.norm_length``)::
+The tree has the typed config's shape and spelling: one section per `RunConfig` section, and a
+composed setting is a sub-section under its field name -- ``rollout.sampler.{n, max_new_tokens,
+temperature, top_k, top_p}`` (``sampling.SamplerSettings``), ``eval.sampler.{...}``,
+``algo.loss.{kind, eps_low, eps_high, kl_beta, kl_estimator, aggregation, entropy_coef,
+norm_length}`` (``losses.LossConfig``) -- so ``--config.rollout.sampler.n=4`` is the field
+``run.rollout.sampler.n``. Two values are resolved on the way in: ``algo.loss.kind`` "auto" = the
+estimator's registry form, ``algo.loss.norm_length`` None = rollout.sampler.max_new_tokens when
+aggregation is "seq_sum_norm". An old flattened spelling (``rollout.n``, ``algo.loss_kind``) is an
+error that names the new path. Values keep their types: tuples for ``eval.ks`` /
+``rollout.eos_ids`` / ``algo.estimator_options`` (``(name, value)`` pairs), typed placeholders
+(None allowed) for optional fields (``data.chat``, ``model.logprob_chunk``,
+``algo.loss.norm_length``)::
 
     --config.eval.ks='(1,2,4)' --config.rollout.eos_ids='(151645,151643)' --config.data.chat=true
     --config.algo.estimator_options="(('baseline','loo1'),('clamp_delta',None))"
@@ -32,7 +34,8 @@ from maxk_jax.rl import losses
 from maxk_jax.rl.run_config import SECTION_TYPES, AlgoSettings, RunConfig, loss_form
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
-_RENAMED = {(losses.LossConfig, "kind"): "loss_kind"}   # flattened fields under another name
+#: Former flattened spellings of a composed field -> its path inside the section.
+MOVED = {"loss_kind": "loss.kind"}
 
 
 def _optional_type(field: dataclasses.Field) -> type | None:
@@ -53,18 +56,12 @@ def _leaf(field: dataclasses.Field, value: Any) -> Any:
 
 
 def section_values(obj: Any) -> dict[str, Any]:
-    """A typed section's fields as command-line values (tuples kept, nested sections flattened
-    under their command-line names)."""
+    """A typed section's fields as command-line values (tuples kept, composed settings as
+    sub-sections under their field names)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if f.metadata.get("flat"):
-            for sub in dataclasses.fields(value):
-                out[_RENAMED.get((type(value), sub.name), sub.name)] = _leaf(sub, getattr(value, sub.name))
-        elif dataclasses.is_dataclass(value):
-            out[f.name] = ConfigDict(section_values(value))
-        else:
-            out[f.name] = _leaf(f, value)
+        out[f.name] = ConfigDict(section_values(value)) if dataclasses.is_dataclass(value) else _leaf(f, value)
     return out
 
 
@@ -75,11 +72,11 @@ def _derived_norm_length(aggregation: str, max_new_tokens: int) -> int | None:
 def to_config_dict(run: RunConfig) -> ConfigDict:
     """The ConfigDict of `run` (module docstring); ``from_config_dict`` of it gives `run` back."""
     tree = section_values(run)
-    algo, loss = tree["algo"], run.algo.loss
-    algo["loss_kind"] = "auto" if loss.kind == loss_form(run.algo.estimator) else loss.kind
+    loss_tree, loss = tree["algo"]["loss"], run.algo.loss
+    loss_tree["kind"] = "auto" if loss.kind == loss_form(run.algo.estimator) else loss.kind
     derived = _derived_norm_length(loss.aggregation, run.rollout.sampler.max_new_tokens)
-    algo["norm_length"] = FieldReference(None if loss.norm_length == derived else loss.norm_length,
-                                         field_type=int)
+    loss_tree["norm_length"] = FieldReference(None if loss.norm_length == derived else loss.norm_length,
+                                              field_type=int)
     return ConfigDict(tree)
 
 
@@ -90,46 +87,52 @@ def _tuples(value: Any) -> Any:
     return value
 
 
-def _fields_text(cls: type) -> str:
-    names = []
+def _moved(cls: type, key: str, section: str) -> str:
+    """" (did you mean ...?)" when `key` is the former flattened spelling of a field of one of
+    `cls`'s composed settings (``rollout.n`` -> ``rollout.sampler.n``), else ""."""
+    if key in MOVED:
+        return f" (did you mean {section}.{MOVED[key]}?)"
+    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if f.metadata.get("flat"):
-            sub_cls = typing.get_type_hints(cls)[f.name]
-            names += [_RENAMED.get((sub_cls, s.name), s.name) for s in dataclasses.fields(sub_cls)]
-        else:
-            names.append(f.name)
-    return ", ".join(sorted(names))
+        sub = hints[f.name]
+        if dataclasses.is_dataclass(sub) and key in {s.name for s in dataclasses.fields(sub)}:
+            return f" (did you mean {section}.{f.name}.{key}?)"
+    return ""
 
 
 def build_section(cls: type, values: Mapping[str, Any], section: str,
                   context: Mapping[str, Any] | None = None, defaults: Any = None) -> Any:
     """An instance of the section class `cls` from its ConfigDict fields (missing = the field of
-    `defaults`, an instance of `cls`; None = ``cls()``)."""
+    `defaults`, an instance of `cls`; None = ``cls()``); composed settings are sub-sections,
+    built the same way (the loss's "auto" kind and derived norm_length resolved)."""
     values = dict(values)
     hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    flat: dict[str, tuple[type, dict[str, Any]]] = {}
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("flat"):
-            sub_cls = hints[f.name]
-            sub = {s.name: _tuples(values.pop(_RENAMED.get((sub_cls, s.name), s.name)))
-                   for s in dataclasses.fields(sub_cls) if _RENAMED.get((sub_cls, s.name), s.name) in values}
-            flat[f.name] = (sub_cls, sub)
-        elif f.name in values:
-            kwargs[f.name] = _tuples(values.pop(f.name))
-    if values:
-        raise ValueError(f"{section} has no field(s) {sorted(values)}; valid fields: {_fields_text(cls)}")
     if defaults is None:
         defaults = cls()   # the section's defaults, e.g. the sampler and loss settings not overridden
-    for name, (sub_cls, sub) in flat.items():
-        if sub_cls is losses.LossConfig:
-            sub = _resolve_loss(sub, kwargs.get("estimator", defaults.estimator), context or {})
-        kwargs[name] = dataclasses.replace(getattr(defaults, name), **sub)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"{section} has no field(s) {unknown}; valid fields: {', '.join(sorted(names))}"
+                         + _moved(cls, unknown[0], section))
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        sub_cls = hints[f.name]
+        if f.name not in values and sub_cls is not losses.LossConfig:
+            continue
+        value = values.get(f.name, {})     # the loss is always resolved ("auto" kind, norm_length)
+        if dataclasses.is_dataclass(sub_cls) and isinstance(value, Mapping):
+            sub = dict(value)
+            if sub_cls is losses.LossConfig:
+                sub = _resolve_loss(sub, values.get("estimator", getattr(defaults, "estimator", "")), context or {})
+            kwargs[f.name] = build_section(sub_cls, sub, f"{section}.{f.name}", context,
+                                           defaults=getattr(defaults, f.name))
+        else:
+            kwargs[f.name] = _tuples(value)
     return dataclasses.replace(defaults, **kwargs)
 
 
 def _resolve_loss(sub: dict[str, Any], estimator: str, context: Mapping[str, Any]) -> dict[str, Any]:
-    """loss_kind "auto" -> the registry's form; norm_length None -> rollout.max_new_tokens for
+    """loss kind "auto" -> the registry's form; norm_length None -> rollout.sampler.max_new_tokens for
     "seq_sum_norm"."""
     sub = dict(sub)
     sub["kind"] = loss_form(estimator, sub.get("kind", "auto"))

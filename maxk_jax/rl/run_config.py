@@ -36,15 +36,15 @@ BEHAVIOUR_LOGPROBS = ("trainer", "sampler")   # algo.behaviour_logprobs: where Ï
 
 
 def check_sampler(s: Any, section: str, *, min_new_tokens: int) -> None:
-    """Checks of a section's ``sampler`` (named ``<section>.<field>``, as on the command line)."""
+    """Checks of a section's ``sampler`` (named ``<section>.sampler.<field>``, as on the command line)."""
     if not isinstance(s, SamplerSettings):
         raise ValueError(f"{section}.sampler={s!r} must be a sampling.SamplerSettings")
-    check_int(s.n, f"{section}.n")
-    check_int(s.max_new_tokens, f"{section}.max_new_tokens", min_new_tokens)
+    check_int(s.n, f"{section}.sampler.n")
+    check_int(s.max_new_tokens, f"{section}.sampler.max_new_tokens", min_new_tokens)
     try:
         validate_filters(s.temperature, s.top_k, s.top_p)
     except ValueError as err:
-        raise ValueError(f"{section}.{err}") from err
+        raise ValueError(f"{section}.sampler.{err}") from err
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -147,8 +147,7 @@ class RolloutConfig:
     SECTION: ClassVar[str] = "rollout"
     prompts: int = 16
     sampler: SamplerSettings = dataclasses.field(
-        default_factory=lambda: SamplerSettings(n=8, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0),
-        metadata={"flat": True})
+        default_factory=lambda: SamplerSettings(n=8, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0))
     eos_ids: tuple[int, ...] = ()
     executor: str = "embedded"
     sandbox_retries: int = 1
@@ -159,7 +158,7 @@ class RolloutConfig:
         check_int(self.prompts, "rollout.prompts")
         check_sampler(self.sampler, "rollout", min_new_tokens=1)
         if not self.sampler.temperature > 0:
-            raise ValueError(f"rollout.temperature={self.sampler.temperature!r} must be a finite number > 0 "
+            raise ValueError(f"rollout.sampler.temperature={self.sampler.temperature!r} must be a finite number > 0 "
                              "for training (greedy sampling has no policy gradient)")
         int_tuple(self, "eos_ids", "rollout.eos_ids", 0)
         if not isinstance(self.executor, str) or not self.executor:
@@ -186,7 +185,7 @@ class AlgoSettings:
     estimator_options: Options = ()
     ppo_iterations: int = 3
     loss: losses.LossConfig = dataclasses.field(
-        default_factory=lambda: losses.LossConfig(kl_beta=0.01), metadata={"flat": True})
+        default_factory=lambda: losses.LossConfig(kl_beta=0.01))
     behaviour_logprobs: str = "trainer"
 
     def __post_init__(self) -> None:
@@ -284,8 +283,7 @@ class EvalSettings(ProblemSource):
     split: str = "test"
     interval: int = 0
     sampler: SamplerSettings = dataclasses.field(
-        default_factory=lambda: SamplerSettings(n=8, max_new_tokens=0, temperature=1.0, top_k=0, top_p=1.0),
-        metadata={"flat": True})
+        default_factory=lambda: SamplerSettings(n=8, max_new_tokens=0, temperature=1.0, top_k=0, top_p=1.0))
     ks: tuple[int, ...] = ()
     batch_size: int = 64
     seed: int = 0
@@ -297,7 +295,7 @@ class EvalSettings(ProblemSource):
         int_tuple(self, "ks", "eval.ks", 1)
         for k in self.ks:
             if k > self.sampler.n:
-                raise ValueError(f"eval.ks has k={k} outside [1, eval.n={self.sampler.n}]")
+                raise ValueError(f"eval.ks has k={k} outside [1, eval.sampler.n={self.sampler.n}]")
         check_int(self.batch_size, "eval.batch_size")
         check_int(self.seed, "eval.seed", 0)
         if self.interval and not (self.dataset or self.problems):

@@ -30,8 +30,8 @@ def test_every_method_config_validates():
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         base.get_config("nope")
     paper = base.get_config()
-    assert (paper.rollout.n, paper.rollout.temperature, paper.rollout.top_p, paper.rollout.max_new_tokens,
-            paper.optim.learning_rate, paper.algo.kl_beta, paper.algo.eps_low, paper.algo.ppo_iterations,
+    assert (paper.rollout.sampler.n, paper.rollout.sampler.temperature, paper.rollout.sampler.top_p,
+            paper.rollout.sampler.max_new_tokens, paper.optim.learning_rate, paper.algo.loss.kl_beta, paper.algo.loss.eps_low, paper.algo.ppo_iterations,
             paper.data.epochs) == (8, 1.0, 1.0, 256, 5e-6, 0.01, 0.2, 3, 1)
     assert paper.name == "maxk_offpolicy" and rl_loop.step_config(from_config_dict(paper)).kind == "clipped"  # eq. 4
     assert rl_loop.step_config(from_config_dict(base.get_config("maxk_offpolicy_is"))).kind == "is_weighted"  # §3.3

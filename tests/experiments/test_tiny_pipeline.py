@@ -39,9 +39,10 @@ def test_real_checkpoint_and_mbpp_route_from_the_command_line(tmp_path, mbpp_rou
     data, ckpt = mbpp_route
     toy = tiny_config.get_toy_config()
     overrides = {"rl.max_steps": toy.rl.max_steps, "rl.rollout.prompts": toy.rl.rollout.prompts,
-                 "rl.rollout.n": toy.rl.rollout.n, "rl.rollout.max_new_tokens": toy.rl.rollout.max_new_tokens,
-                 "rl.algo.ppo_iterations": toy.rl.algo.ppo_iterations, "eval.n": toy.eval.n,
-                 "eval.num_problems": toy.eval.num_problems, "eval.max_new_tokens": toy.eval.max_new_tokens,
+                 "rl.rollout.sampler.n": toy.rl.rollout.sampler.n,
+                 "rl.rollout.sampler.max_new_tokens": toy.rl.rollout.sampler.max_new_tokens,
+                 "rl.algo.ppo_iterations": toy.rl.algo.ppo_iterations, "eval.sampler.n": toy.eval.sampler.n,
+                 "eval.num_problems": toy.eval.num_problems, "eval.sampler.max_new_tokens": toy.eval.sampler.max_new_tokens,
                  "eval.batch_size": toy.eval.batch_size, "data.train_split": "train", "data.eval_split": "test"}
     cmd = [sys.executable, "-m", "experiments.tiny_pipeline", f"--model_path={ckpt}", "--dataset=mbpp",
            f"--dataset_path={data}", "--estimator=grpo", f"--k={toy.rl.algo.k}", "--name=cli_mbpp",
@@ -51,7 +52,7 @@ def test_real_checkpoint_and_mbpp_route_from_the_command_line(tmp_path, mbpp_rou
     assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / "runs" / "cli_mbpp"
     assert f"Report: {run / 'report.md'}" in out.stdout
-    check_mbpp_run(run, ckpt, toy.eval.n)
+    check_mbpp_run(run, ckpt, toy.eval.sampler.n)
 
 
 @pytest.mark.parametrize("args, message", [

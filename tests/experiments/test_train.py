@@ -71,7 +71,7 @@ def test_validate_only_typed_overrides():
 
 @pytest.mark.parametrize("args, message", [   # more cases in-process: tests/rl/test_loop.py
     (["--config.algo.k=9"], "k=9 must be an int with 1 <= k <= n=8"),
-    (["--config.rollout.prompts=3", "--config.rollout.n=2", "--config.algo.k=2", "--config.mesh.fsdp=1",
+    (["--config.rollout.prompts=3", "--config.rollout.sampler.n=2", "--config.algo.k=2", "--config.mesh.fsdp=1",
       "--config.mesh.data=-1"], "not divisible across the data*fsdp=8"),
 ])
 def test_bad_configs_are_rejected_with_a_clear_error(args, message):
@@ -116,7 +116,7 @@ def inputs(tmp_path_factory, tiny_ckpt):
 def _tiny_run(inputs, tiny_ckpt, out, *extra):
     return ("--config=experiments/configs/tiny_synthetic.py", f"--config.model.path={tiny_ckpt}",
             "--config.data.dataset=", f"--config.data.problems={inputs / 'good.jsonl'}", f"--config.output_dir={out}",
-            "--config.rollout.prompts=2", "--config.rollout.n=4", "--config.algo.k=2", "--config.mesh.data=-1",
+            "--config.rollout.prompts=2", "--config.rollout.sampler.n=4", "--config.algo.k=2", "--config.mesh.data=-1",
             "--config.log.tensorboard=false", "--config.max_steps=1", *extra)
 
 
@@ -160,7 +160,7 @@ def test_one_step_console_is_quiet(inputs, tiny_ckpt, tmp_path):
     """A real (one-step) run: the console holds the start line, the metrics table and the path of
     the full metrics; no library INFO (orbax, jax platform probing) and no JSON record. --resume on
     its checkpoint with damaged array data: one line naming the checkpoint."""
-    out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--noprogress", "--config.rollout.max_new_tokens=8",
+    out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--noprogress", "--config.rollout.sampler.max_new_tokens=8",
                 timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr == "", out.stderr[-3000:]
@@ -172,7 +172,7 @@ def test_one_step_console_is_quiet(inputs, tiny_ckpt, tmp_path):
             path = os.path.join(root, name)
             with open(path, "r+b") as f:
                 f.truncate(min(100, os.path.getsize(path)))
-    out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--noprogress", "--config.rollout.max_new_tokens=8",
+    out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--noprogress", "--config.rollout.sampler.max_new_tokens=8",
                 "--config.max_steps=2", "--resume", timeout=600)
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-3000:]
     assert f"cannot resume from the orbax checkpoint {tmp_path / 'run' / 'checkpoints' / '1'} (corrupt" in out.stderr

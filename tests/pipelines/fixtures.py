@@ -66,7 +66,7 @@ def mbpp_route(tmp_path_factory):
 
 def check_mbpp_run(run: pathlib.Path, ckpt: str, n: int) -> None:
     """Asserts on a finished ``--model_path=ckpt --dataset=mbpp --estimator=grpo`` run directory
-    (eval.num_problems = 2, eval.n = n, 2 RL steps)."""
+    (eval.num_problems = 2, eval.sampler.n = n, 2 RL steps)."""
     report = (run / "report.md").read_text()
     assert "estimator `grpo`" in report and f"model: HF checkpoint {os.path.abspath(ckpt)}" in report
     assert "every submission judged" in report

@@ -50,11 +50,14 @@ def test_flag_validation(kwargs, match):
 
 
 @pytest.mark.parametrize("section,field,value,match", [
-    ("eval", "n", 0, "eval.n"), ("eval", "temperature", 0.0, "eval.temperature"),
-    ("eval", "top_p", 2.0, "eval.top_p must lie in"), ("eval", "top_k", -1, "eval.top_k must be an int >= 0"),
-    ("eval", "temperature", float("inf"), "eval.temperature must be a finite float"),
+    ("eval.sampler", "n", 0, "eval.sampler.n"), ("eval.sampler", "temperature", 0.0, "eval.sampler.temperature"),
+    ("eval.sampler", "top_p", 2.0, "eval.sampler.top_p must lie in"),
+    ("eval.sampler", "top_k", -1, "eval.sampler.top_k must be an int >= 0"),
+    ("eval.sampler", "temperature", float("inf"), "eval.sampler.temperature must be a finite float"),
     ("eval", "num_problems", 0, "eval.num_problems=0 must be an int >= 1"),
-    ("warmup", "steps", 0, "WarmupConfig.steps"), ("warmup", "noise", 1.5, "warmup.noise"),
+    ("eval", "n", 8, r"eval has no field\(s\) \['n'\].*\(did you mean eval.sampler.n\?\)"),
+    ("warmup.config", "steps", 0, "WarmupConfig.steps"), ("warmup", "noise", 1.5, "warmup.noise"),
+    ("warmup", "steps", 9, r"\(did you mean warmup.config.steps\?\)"),
     ("warmup", "per_problem", 0, "warmup.per_problem=0 must be an int >= 1"),
     ("synthetic", "max_ops", 9, "max_ops"), ("rl", "max_steps", -1, "rl.max_steps"),
     ("data", "options", '{"seed": 1}', "data.options=.* must be \\(name, value\\) pairs"),
@@ -62,7 +65,10 @@ def test_flag_validation(kwargs, match):
 ])
 def test_config_validation(section, field, value, match):
     tree = to_config_dict(default_config()).to_dict()   # the dict form: no ConfigDict type check
-    tree[section][field] = value
+    node = tree
+    for part in section.split("."):
+        node = node[part]
+    node[field] = value
     with pytest.raises(ValueError, match=match):
         from_config_dict(tree)
 
@@ -92,7 +98,7 @@ def test_config_dict_round_trip_and_errors():
         assert from_config_dict(tree) == cfg
         assert from_config_dict(json.loads(tree.to_json_best_effort())) == cfg   # pipeline_config.json
     tree = to_config_dict(default_config())
-    assert (tree.eval.n, tree.warmup.steps, tree.warmup.noise, tree.rl.rollout.n) == (64, 800, 0.3, 8)
+    assert (tree.eval.sampler.n, tree.warmup.config.steps, tree.warmup.noise, tree.rl.rollout.sampler.n) == (64, 800, 0.3, 8)
     bad = tree.to_dict()
     bad["runs_dirr"] = "/tmp"                         # a misspelt top-level field
     with pytest.raises(ValueError, match=r"the pipeline config has no field\(s\) \['runs_dirr'\]; valid "
@@ -114,9 +120,9 @@ def test_command_line_overrides(tmp_path):
     path = tmp_path / "pipe_cfg.py"
     path.write_text("from maxk_jax.pipelines import default_config, to_config_dict\n\n\n"
                     "def get_config():\n    return to_config_dict(default_config())\n")
-    argv = ["prog", f"--config={path}", "--config.rl.max_steps=48", "--config.eval.n=128",
-            "--config.warmup.seed=1", "--config.data.options=(('seed',3),('difficulty','easy'))",
-            "--config.warmup.logprob_chunk=256", "--config.rl.algo.estimator_options=(('clamp_delta',0.5),)"]
+    argv = ["prog", f"--config={path}", "--config.rl.max_steps=48", "--config.eval.sampler.n=128",
+            "--config.warmup.config.seed=1", "--config.data.options=(('seed',3),('difficulty','easy'))",
+            "--config.warmup.config.logprob_chunk=256", "--config.rl.algo.estimator_options=(('clamp_delta',0.5),)"]
     values = flags.FlagValues()
     config_flags.DEFINE_config_file("config", str(path), flag_values=values, lock_config=False, sys_argv=argv)
     values(argv)
@@ -138,3 +144,73 @@ def test_rl_config_fills_in_model_data_judge_and_output():
     rl = rl_config(real, "/ckpt", "/run/rl", None)
     assert (rl.data.dataset, rl.data.path, rl.data.split, rl.data.problems, rl.data.prompt_format,
             rl.data.options) == ("mbpp", "/data", "train", "", "full", (("seed", 5),))
+
+
+def _leaves(obj, path=""):
+    """(dotted path, value) of every non-dataclass leaf of a frozen config tree."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _leaves(value, f"{path}{f.name}.")
+        else:
+            yield f"{path}{f.name}", value
+
+
+def test_every_pipeline_field_round_trips_through_the_command_line(tmp_path):
+    """Each leaf of the pipeline tree outside ``rl`` (covered by tests/rl/test_run_config.py), set
+    on the command line by its typed path to a changed value, arrives at that path of the
+    PipelineConfig: the command-line spelling is the typed spelling."""
+    path = tmp_path / "pipe_cfg.py"
+    path.write_text("from maxk_jax.pipelines import default_config, to_config_dict\n\n\n"
+                    "def get_config():\n    return to_config_dict(default_config())\n")
+    changed = {"bool": lambda v: str(not v).lower(), "int": lambda v: str(v + 1),
+               "float": lambda v: str(v * 0.5 + 0.25)}
+    tried = 0
+    for dotted, value in _leaves(default_config()):
+        kind = type(value).__name__
+        if dotted.startswith("rl.") or kind not in changed:
+            continue
+        argv = ["prog", f"--config={path}", f"--config.{dotted}={changed[kind](value)}"]
+        values = flags.FlagValues()
+        config_flags.DEFINE_config_file("config", str(path), flag_values=values, lock_config=False, sys_argv=argv)
+        values(argv)
+        try:
+            cfg = from_config_dict(values.config)
+        except ValueError as err:                    # only valid together with another field
+            assert dotted.split(".")[-1] in str(err), (dotted, err)
+            continue
+        obj = cfg
+        for part in dotted.split("."):
+            obj = getattr(obj, part)
+        assert str(obj).lower() == changed[kind](value).lower() or obj == pytest.approx(float(changed[kind](value))), dotted
+        tried += 1
+    assert tried >= 15, tried
+
+
+def test_the_documented_command_lines_use_the_typed_paths():
+    """Every ``--config.<path>=`` in README.md and docs/ names a field of the run config or of the
+    pipeline config (so no former flattened spelling survives in what users copy)."""
+    import pathlib
+    import re
+
+    from maxk_jax.rl.config_dict import to_config_dict as run_tree
+    from maxk_jax.rl.run_config import RunConfig
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    texts = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    trees = [run_tree(RunConfig()).to_dict(), to_config_dict(default_config()).to_dict()]
+
+    def has(tree, dotted):
+        node = tree
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    found = set()
+    for text in texts:
+        found |= set(re.findall(r"--config\.([A-Za-z_][A-Za-z0-9_.]*[A-Za-z0-9_])=", text.read_text()))
+    assert len(found) >= 10, found
+    missing = sorted(p for p in found if not any(has(t, p) for t in trees))
+    assert not missing, f"documented --config paths that name no field: {missing}"

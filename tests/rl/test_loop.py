@@ -156,12 +156,12 @@ def test_metrics_logger_truncates_on_resume(tmp_path):
     ({"algo.estimator": "nope"}, "unknown estimator 'nope'"),
     ({"algo.k": 9}, "algo.k=9 must be an int with 1 <= k <= n=4"),
     ({"algo.estimator_options": (("bogus", 1),)}, "algo.estimator_options=.*unknown option"),
-    ({"rollout.sampler.temperature": 0.0}, "rollout.temperature=0.0 must be a finite number > 0"),
+    ({"rollout.sampler.temperature": 0.0}, "rollout.sampler.temperature=0.0 must be a finite number > 0"),
     ({"rollout.prompts": 0}, "rollout.prompts=0 must be an int >= 1"),
-    ({"eval.interval": 5, "eval.ks": (1, 16)}, "eval.ks has k=16 outside \\[1, eval.n=8\\]"),
+    ({"eval.interval": 5, "eval.ks": (1, 16)}, "eval.ks has k=16 outside \\[1, eval.sampler.n=8\\]"),
     ({"eval.interval": 5, "eval.dataset": ""}, "eval.interval > 0 needs"),
-    ({"eval.interval": 5, "eval.sampler.top_p": 2.0}, "eval.top_p must lie in \\(0, 1\\]"),
-    ({"eval.interval": 5, "eval.sampler.temperature": -1.0}, "eval.temperature must be a finite float >= 0"),
+    ({"eval.interval": 5, "eval.sampler.top_p": 2.0}, "eval.sampler.top_p must lie in \\(0, 1\\]"),
+    ({"eval.interval": 5, "eval.sampler.temperature": -1.0}, "eval.sampler.temperature must be a finite float >= 0"),
     ({"eval.interval": 5, "eval.batch_size": 0}, "eval.batch_size=0 must be an int >= 1"),
     ({"data.prompt_format": "xml"}, "prompt_format"),
     ({"data.chat": "auto"}, "data.chat='auto' must be True, False or None"),
@@ -243,12 +243,12 @@ def _run_train(cfg_args, out_dir, resume=False):
 def _args(tiny_ckpt, problems_file, out_dir):
     return [f"--config.model.path={tiny_ckpt}", f"--config.output_dir={out_dir}",
             "--config.data.dataset=", f"--config.data.problems={problems_file}",
-            "--config.rollout.prompts=2", "--config.rollout.n=4", "--config.rollout.max_new_tokens=12",
+            "--config.rollout.prompts=2", "--config.rollout.sampler.n=4", "--config.rollout.sampler.max_new_tokens=12",
             "--config.rollout.executor=embedded:2", "--config.algo.k=2", "--config.max_steps=4",
             "--config.checkpoint.interval=2", "--config.log.tensorboard=false", "--config.mesh.data=-1",
             "--config.eval.interval=2", "--config.eval.dataset=", f"--config.eval.problems={problems_file}",
-            "--config.eval.limit=2", "--config.eval.n=2", "--config.eval.ks=(1,2)",
-            "--config.eval.max_new_tokens=8"]
+            "--config.eval.limit=2", "--config.eval.sampler.n=2", "--config.eval.ks=(1,2)",
+            "--config.eval.sampler.max_new_tokens=8"]
 
 
 @pytest.mark.slow

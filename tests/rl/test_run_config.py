@@ -32,8 +32,8 @@ def test_defaults_are_the_papers_hyperparameters():
     (lambda: RolloutConfig(prompts=True), r"rollout.prompts=True must be an int >= 1"),
     (lambda: RolloutConfig(eos_ids="1,2"), r"rollout.eos_ids='1,2' must be a tuple of ints"),
     (lambda: RolloutConfig(eos_ids=(1, -2)), r"rollout.eos_ids=\(1, -2\) must be a tuple of ints >= 0"),
-    (lambda: RolloutConfig(sampler=SamplerSettings(n=0, max_new_tokens=4)), r"rollout.n=0 must be an int >= 1"),
-    (lambda: RolloutConfig(sampler=SamplerSettings(n=2, max_new_tokens=4, top_k=-1)), r"rollout.top_k must be"),
+    (lambda: RolloutConfig(sampler=SamplerSettings(n=0, max_new_tokens=4)), r"rollout.sampler.n=0 must be an int >= 1"),
+    (lambda: RolloutConfig(sampler=SamplerSettings(n=2, max_new_tokens=4, top_k=-1)), r"rollout.sampler.top_k must be"),
     (lambda: EvalSettings(ks=(0,)), r"eval.ks=\(0,\) must be a tuple of ints >= 1"),
     (lambda: EvalSettings(ks="1,2"), r"eval.ks='1,2' must be a tuple of ints"),
     (lambda: EvalSettings(interval=-1), r"eval.interval=-1 must be an int >= 0"),
@@ -85,22 +85,22 @@ def test_config_dict_round_trip():
         "rollout.eos_ids": (5, 7), "data.chat": False, "data.options": (("seed", 3), ("max_tests", None)), "model.logprob_chunk": 4096,
         "algo.loss": LossConfig(kind="is_weighted", aggregation="seq_sum_norm", norm_length=99, kl_beta=0.02)})
     cfg = to_config_dict(run)
-    assert cfg.algo.loss_kind == "is_weighted" and cfg.algo.norm_length == 99 and cfg.rollout.n == 8
+    assert cfg.algo.loss.kind == "is_weighted" and cfg.algo.loss.norm_length == 99 and cfg.rollout.sampler.n == 8
     assert cfg.eval.ks == (1, 2, 8) and cfg.data.chat is False
     assert from_config_dict(cfg) == run
     assert from_config_dict(json.loads(cfg.to_json_best_effort())) == run   # config.json: lists -> tuples
     assert from_config_dict(to_config_dict(RunConfig())) == RunConfig()
     default = to_config_dict(RunConfig())
-    assert default.algo.loss_kind == "auto" and default.algo.norm_length is None and default.data.chat is None
+    assert default.algo.loss.kind == "auto" and default.algo.loss.norm_length is None and default.data.chat is None
 
 
 def test_config_dict_derived_fields_and_errors():
     cfg = to_config_dict(RunConfig())
-    cfg.algo.aggregation = "seq_sum_norm"            # norm_length None = rollout.max_new_tokens
-    cfg.rollout.max_new_tokens = 64
+    cfg.algo.loss.aggregation = "seq_sum_norm"       # norm_length None = rollout.sampler.max_new_tokens
+    cfg.rollout.sampler.max_new_tokens = 64
     assert from_config_dict(cfg).algo.loss.norm_length == 64
     cfg = to_config_dict(RunConfig())
-    cfg.algo.eps_low = 0.0
+    cfg.algo.loss.eps_low = 0.0
     with pytest.raises(ValueError, match="algo: eps_low=0.0 must satisfy"):
         from_config_dict(cfg)
     tree = to_config_dict(RunConfig()).to_dict()
@@ -114,9 +114,60 @@ def test_config_dict_derived_fields_and_errors():
                                          r"fields: .*max_steps"):
         from_config_dict(tree)
     tree = to_config_dict(RunConfig()).to_dict()
-    tree["eval"]["temperature"] = -1.0
-    with pytest.raises(ValueError, match="eval.temperature must be a finite float >= 0"):
+    tree["eval"]["sampler"]["temperature"] = -1.0
+    with pytest.raises(ValueError, match="eval.sampler.temperature must be a finite float >= 0"):
         from_config_dict(tree)
+
+
+@pytest.mark.parametrize("section, old, new", [("rollout", "n", "rollout.sampler.n"),
+                                               ("eval", "temperature", "eval.sampler.temperature"),
+                                               ("algo", "loss_kind", "algo.loss.kind"),
+                                               ("algo", "kl_beta", "algo.loss.kl_beta")])
+def test_a_former_flattened_spelling_names_the_typed_path(section, old, new):
+    tree = to_config_dict(RunConfig()).to_dict()
+    tree[section][old] = tree[section].get(old, 1)
+    with pytest.raises(ValueError, match=rf"{section} has no field\(s\) \['{old}'\].*\(did you mean {new}\?\)"):
+        from_config_dict(tree)
+
+
+def test_every_field_round_trips_through_the_command_line(tmp_path):
+    """Each leaf of the run tree, set on the command line by its typed path to a non-default value,
+    arrives at that path of the typed RunConfig."""
+    import dataclasses as dc
+
+    run = RunConfig()
+    leaves = []
+
+    def walk(obj, path):
+        for f in dc.fields(obj):
+            value = getattr(obj, f.name)
+            if dc.is_dataclass(value):
+                walk(value, f"{path}{f.name}.")
+            else:
+                leaves.append((f"{path}{f.name}", value))
+
+    walk(run, "")
+    changed = {"bool": lambda v: not v, "int": lambda v: v + 1, "float": lambda v: v * 0.5 + 0.25,
+               "str": lambda v: v}
+    tried = 0
+    for path, value in leaves:
+        kind = type(value).__name__
+        if kind not in changed or path in NOT_ALONE:
+            continue
+        new = changed[kind](value)
+        text = str(new).lower() if kind == "bool" else new
+        parsed = _parse(tmp_path, f"--config.{path}={text}")
+        obj = parsed
+        for part in path.split("."):
+            obj = getattr(obj, part)
+        assert obj == pytest.approx(new) if kind == "float" else obj == new, path
+        tried += 1
+    assert tried >= 40, tried
+
+
+# fields whose changed value is only valid together with another field (checked elsewhere)
+NOT_ALONE = {"algo.k", "eval.interval", "mesh.data", "mesh.fsdp", "mesh.tensor", "distributed.num_processes",
+             "distributed.process_id", "rollout.sampler.n", "optim.micro_batches", "algo.loss.kind"}
 
 
 def _parse(tmp_path, *overrides):
@@ -137,7 +188,7 @@ def test_command_line_overrides_of_typed_fields(tmp_path):
                  "--config.algo.estimator_options=(('baseline','loo1'),('clamp_delta',None))",
                  "--config.data.chat=true", "--config.model.logprob_chunk=4096",
                  "--config.data.options=(('seed',3),('difficulty','easy'))",
-                 "--config.algo.loss_kind=is_weighted", "--config.rollout.temperature=0.7",
+                 "--config.algo.loss.kind=is_weighted", "--config.rollout.sampler.temperature=0.7",
                  "--config.algo.behaviour_logprobs=sampler")
     assert run.algo.behaviour_logprobs == "sampler"
     assert run.eval.ks == (1, 2, 4) and run.rollout.eos_ids == (151645, 151643)
