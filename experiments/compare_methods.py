@@ -17,7 +17,7 @@ variants of `maxk_jax.pipelines.methods.VARIANTS`, or registry estimator names. 
 `maxk_jax.pipelines.compare.run_comparison`.
 
 Outputs in ``<runs_dir>/<name>/``:
-  results.md     the Table 2/3 analogue: max@1 and max@K (K = --large_k, default eval n) and pass@1 /
+  results.md     the Table 2/3 analogue: max@1 and max@K (K = --large_k, default eval n/2) and pass@1 /
                  pass@K per method as mean +- std over seeds, and two-sided Wilcoxon signed-rank
                  p-values of maxk_offpolicy against every other method (paired over problems; each
                  problem's value is its mean over seeds); then max@k for every k.
@@ -56,7 +56,7 @@ def define_flags() -> None:
     flags.DEFINE_string("name", "compare_methods", "Output directory name under the runs directory.")
     flags.DEFINE_string("runs_dir", None, "Runs directory (default: config.runs_dir); the base-model cache is shared "
                         "with experiments.tiny_pipeline.")
-    flags.DEFINE_integer("large_k", None, "The 'large k' column of the table (default: config.eval.sampler.n).")
+    flags.DEFINE_integer("large_k", None, "The 'large k' column of the table (default and at most: config.eval.sampler.n / 2).")
     flags.DEFINE_bool("overwrite", False, "Delete earlier results of this comparison instead of resuming them.")
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars for warm-up, RL and evaluation.")
 

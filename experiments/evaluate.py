@@ -64,7 +64,7 @@ flags.DEFINE_integer("limit", 0, "Evaluate only the first LIMIT problems (0 = al
 flags.DEFINE_string("out_dir", None, "Output directory for the results (created if missing).")
 flags.DEFINE_string("run_name", None, "Name of this run in tables and plots (default: the out_dir name).")
 flags.DEFINE_integer("n", 256, "Completions sampled per problem (the paper uses 256).")
-flags.DEFINE_list("ks", [], "k values of the tables (default: 1, 2, 4, ..., n).")
+flags.DEFINE_list("ks", [], "k values of the tables (default: 1, 2, 4, ..., n/2; every k <= n/2).")
 flags.DEFINE_integer("batch_size", 64, "Maximum completions per sampler call on each host (problems x samples); "
                      "bounds memory. Does not change which completions are drawn. Multi-host: when n exceeds it, "
                      "each problem's n samples are split evenly across the hosts.")

@@ -17,7 +17,7 @@ Phases (each with a progress bar; wall and CPU seconds of each are reported), im
                ``maxk_offpolicy``, the paper's method), writing ``<run>/rl``.
   4. eval      base and trained model on the test problems, n = 64 samples each with the SAME
                sample keys (paired), judged by the embedded sandbox.
-  5. report    ``<run>/report.md`` (phase timings, pass@k and max@k for k = 1, 2, 4, ..., 64,
+  5. report    ``<run>/report.md`` (phase timings, pass@k and max@k for k = 1, 2, 4, ..., 32 (k <= n/2 of n = 64),
                base vs trained, paired Wilcoxon p-values) and ``<run>/curves.png``; per-model
                details in ``<run>/base`` and ``<run>/trained`` (`maxk_jax.eval.report`).
 

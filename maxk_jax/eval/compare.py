@@ -1,6 +1,7 @@
 """Compare evaluation runs: side-by-side pass@k / max@k tables, paired Wilcoxon tests, curves.
 
-`compare_runs(results, names)` pairs runs over problem ids. The first run is the reference; for
+`compare_runs(results, names)` pairs runs over problem ids, at the shared k values with k <= n/2
+(`maxk_jax.eval.bootstrap.reported_ks`); means come with 95 % bootstrap intervals over problems. The first run is the reference; for
 every other run, every metric and every k, the per-problem values (unbiased pass@k / max@k of each
 problem) are paired by problem and tested with the two-sided Wilcoxon signed-rank test
 (``scipy.stats.wilcoxon``, ``zero_method="wilcox"``: zero differences are dropped). When every
@@ -22,6 +23,7 @@ from typing import Any, Optional
 import numpy as np
 import scipy.stats
 
+from maxk_jax.eval.bootstrap import reported_ks
 from maxk_jax.eval.report import atomic_write, markdown_table, plot_curves
 from maxk_jax.eval.result import METRICS, EvalResult
 
@@ -64,7 +66,7 @@ def compare_runs(results: Sequence[EvalResult], names: Sequence[str], *, interse
 
     Returns a JSON dict: ``names``, ``ks`` (k values present in every run), ``num_problems``,
     ``dropped`` (problems per run not shared, with `intersect`), ``means`` (per run:
-    ``{"pass_at_k": {k: mean}, "max_at_k": ..., "*_stderr", "num_problems"}``) and ``tests``
+    ``{"pass_at_k": {k: mean}, "max_at_k": ..., "*_stderr", "*_ci", "num_problems"}``) and ``tests``
     (per other run, per metric, per k: `wilcoxon_test` against the first run).
     """
     if len(results) < 2:
@@ -82,9 +84,10 @@ def compare_runs(results: Sequence[EvalResult], names: Sequence[str], *, interse
     if not shared:
         raise ValueError("the runs share no problem ids")
     runs = [_restrict(r, shared) for r in results]
-    ks = sorted(set.intersection(*(set(r.ks) for r in runs)))
+    ks = list(reported_ks(sorted(set.intersection(*(set(r.ks) for r in runs))), min(r.n for r in runs)))
     if not ks:
-        raise ValueError(f"the runs share no k values: {[list(r.ks) for r in runs]}")
+        raise ValueError(f"the runs share no k value <= n/2: {[list(r.ks) for r in runs]}, "
+                         f"n = {[r.n for r in runs]}")
     runs = [dataclasses.replace(r, ks=tuple(ks)) for r in runs]
     order = sorted(shared)
     per = []
@@ -114,7 +117,9 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
              f"- problems compared: {comparison['num_problems']}"
              + (f" (not shared, dropped per run: {comparison['dropped']})" if any(comparison["dropped"].values()) else "")]
     for metric, label in (("pass_at_k", "pass@k"), ("max_at_k", "max@k")):
-        parts.append(f"## {label}\n\n" + markdown_table([(n, means[n][metric]) for n in names], ks, metric))
+        cis = [means[n].get(metric + "_ci") or {} for n in names]
+        parts.append(f"## {label}\n\n" + markdown_table([(n, means[n][metric]) for n in names], ks, metric, cis)
+                     + "\n\n[low, high]: 95 % bootstrap interval over problems.")
     base = names[0]
     header = "| Run vs " + base.replace("|", "\\|") + " | " + " | ".join(f"k={k}" for k in ks) + " |"
     sep = "|:--" + "|--:" * len(ks) + "|"

@@ -122,14 +122,23 @@ def _fmt(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def markdown_table(rows: Sequence[tuple[str, Mapping[int, Optional[float]]]], ks: Sequence[int], metric: str) -> str:
-    """One paper-style table: ``| Method | pass@1 | pass@2 | ... |`` with one row per (name, {k: value})."""
+def _fmt_ci(value: Optional[float], ci: Optional[Sequence[float]]) -> str:
+    return _fmt(value) if value is None or ci is None else f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def markdown_table(rows: Sequence[tuple[str, Mapping[int, Optional[float]]]], ks: Sequence[int], metric: str,
+                   cis: Optional[Sequence[Mapping[int, Optional[Sequence[float]]]]] = None) -> str:
+    """One paper-style table: ``| Method | pass@1 | pass@2 | ... |`` with one row per (name, {k: value});
+    with `cis` (one {k: [low, high]} per row) each cell also shows its confidence interval."""
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    if cis is not None and len(cis) != len(rows):
+        raise ValueError(f"{len(cis)} confidence-interval rows for {len(rows)} rows")
     header = ["Method"] + [METRIC_LABELS[metric].format(k=k) for k in ks]
     lines = ["| " + " | ".join(header) + " |", "|:--" + "|--:" * len(ks) + "|"]
-    for name, values in rows:
-        lines.append("| " + " | ".join([name.replace("|", "\\|")] + [_fmt(values.get(k)) for k in ks]) + " |")
+    for i, (name, values) in enumerate(rows):
+        cells = [_fmt(values.get(k)) if cis is None else _fmt_ci(values.get(k), cis[i].get(k)) for k in ks]
+        lines.append("| " + " | ".join([name.replace("|", "\\|")] + cells) + " |")
     return "\n".join(lines)
 
 
@@ -154,16 +163,20 @@ def report_markdown(result: EvalResult, name: str) -> str:
         if key in cfg:
             facts.append(f"- {key}: {cfg[key]}")
     parts = [f"# Evaluation: {name}", "\n".join(facts)]
+    ks = result.reported_ks
     for metric in METRICS:
         parts.append(f"## {METRIC_LABELS[metric].format(k='k')}\n\n"
-                     + markdown_table([(name, means[metric])], result.ks, metric))
-    return "\n\n".join(parts) + _counts_note(name, means, result.ks, totals["num_problems"]) + "\n"
+                     + markdown_table([(name, means[metric])], ks, metric, [means[metric + "_ci"]]))
+    parts.append(f"Reported for k <= n/2 = {max(ks)} (each estimate averages many k-subsets); "
+                 "[low, high]: 95 % bootstrap interval over problems.")
+    return "\n\n".join(parts) + _counts_note(name, means, ks, totals["num_problems"]) + "\n"
 
 
 def plot_curves(runs: Sequence[tuple[str, Mapping[str, Any]]], ks: Sequence[int], path: str | os.PathLike,
                 title: str = "") -> None:
     """PNG with pass@k (left) and max@k (right) against k on a log2 axis; one line per
-    (name, means) run, shaded +-1 standard error when available."""
+    (name, means) run, shaded by its 95 % bootstrap interval (``<metric>_ci``) when available,
+    else +-1 standard error."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -175,8 +188,11 @@ def plot_curves(runs: Sequence[tuple[str, Mapping[str, Any]]], ks: Sequence[int]
             ys = np.array([np.nan if means[metric].get(k) is None else means[metric][k] for k in ks], dtype=float)
             se = np.array([np.nan if means.get(metric + "_stderr", {}).get(k) is None
                            else means[metric + "_stderr"][k] for k in ks], dtype=float)
+            ci = means.get(metric + "_ci") or {}
+            lo = np.array([np.nan if ci.get(k) is None else ci[k][0] for k in ks], dtype=float) if ci else ys - se
+            hi = np.array([np.nan if ci.get(k) is None else ci[k][1] for k in ks], dtype=float) if ci else ys + se
             line, = ax.plot(ks, ys, marker="o", label=name)
-            ax.fill_between(ks, ys - se, ys + se, color=line.get_color(), alpha=0.15, linewidth=0)
+            ax.fill_between(ks, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(ks), [str(k) for k in ks])
         ax.set(xlabel="k", ylabel=METRIC_LABELS[metric].format(k="k"), title=METRIC_LABELS[metric].format(k="k"))
@@ -211,7 +227,7 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, *, name: Option
     atomic_write(paths["table"], report_markdown(result, name).encode("utf-8"))
     if plot:
         paths["curves"] = os.path.join(out_dir, CURVES)
-        plot_curves([(name, result.means())], result.ks, paths["curves"], title=name)
+        plot_curves([(name, result.means())], result.reported_ks, paths["curves"], title=name)
     return paths
 
 

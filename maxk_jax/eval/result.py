@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from maxk_jax import estimators
+from maxk_jax.eval.bootstrap import bootstrap_ci, reported_ks
 from maxk_jax.judging import STATUSES, ProblemResult  # noqa: F401  (re-exported)
 
 METRICS = ("pass_at_k", "max_at_k")
@@ -73,6 +74,11 @@ class EvalResult:
             raise ValueError(f"ks must be non-empty ints in [1, n={self.n}], got {list(self.ks)}")
 
     @property
+    def reported_ks(self) -> tuple[int, ...]:
+        """The k values tables and plots show: k <= n/2 (`maxk_jax.eval.bootstrap.reported_ks`)."""
+        return reported_ks(self.ks, self.n)
+
+    @property
     def ids(self) -> list[str]:
         """Problem ids in index order."""
         return [r.problem_id for r in self.problems]
@@ -97,17 +103,21 @@ class EvalResult:
 
     def means(self) -> dict[str, Any]:
         """Dataset means per k: ``{"pass_at_k": {k: mean}, "max_at_k": {k: mean},
-        "pass_at_k_stderr": {...}, "max_at_k_stderr": {...}, "num_problems": {k: count}}``
-        (count = problems with at least k valid samples; None means when it is 0)."""
+        "pass_at_k_stderr": {...}, "max_at_k_stderr": {...}, "pass_at_k_ci": {k: [low, high]},
+        "max_at_k_ci": {...}, "num_problems": {k: count}}`` (count = problems with at least k valid
+        samples; None means when it is 0; ci: 95 % bootstrap interval over problems,
+        `maxk_jax.eval.bootstrap.bootstrap_ci`)."""
         per = self.per_problem()
         out: dict[str, Any] = {}
         for metric in METRICS:
             vals = per[metric]
-            out[metric], out[metric + "_stderr"] = {}, {}
+            out[metric], out[metric + "_stderr"], out[metric + "_ci"] = {}, {}, {}
             for j, k in enumerate(self.ks):
                 col = vals[:, j][~np.isnan(vals[:, j])]
                 out[metric][k] = float(col.mean()) if col.size else None
                 out[metric + "_stderr"][k] = float(col.std(ddof=1) / np.sqrt(col.size)) if col.size > 1 else None
+                ci = bootstrap_ci(col) if col.size else None
+                out[metric + "_ci"][k] = None if ci is None else [ci[0], ci[1]]
         out["num_problems"] = {k: int((~np.isnan(per["max_at_k"][:, j])).sum()) for j, k in enumerate(self.ks)}
         return out
 

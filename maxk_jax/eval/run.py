@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 
 from maxk_jax.data.problem import Problem
 from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, render_prompt
+from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.eval.result import EvalResult, ProblemResult
 from maxk_jax.judging import Completions, judge_completions
 from maxk_jax.execution import Executor
@@ -57,20 +58,24 @@ from maxk_jax.models.tokenizer_protocol import Tokenizer
 # k values and batching plan
 # ----------------------------------------------------------------------------------------------
 def default_ks(n: int) -> tuple[int, ...]:
-    """k = 1, 2, 4, ... up to `n`, plus `n` itself when it is not a power of two."""
-    n = _positive_int(n, "n")
-    ks = [1 << i for i in range(n.bit_length()) if (1 << i) <= n]
-    if ks[-1] != n:
-        ks.append(n)
+    """k = 1, 2, 4, ... up to n/2 (`maxk_jax.eval.bootstrap.max_reported_k`), plus n/2 itself when
+    it is not a power of two: the k values an n-sample evaluation reports."""
+    top = max_reported_k(_positive_int(n, "n"))
+    ks = [1 << i for i in range(top.bit_length()) if (1 << i) <= top]
+    if ks[-1] != top:
+        ks.append(top)
     return tuple(ks)
 
 
 def check_ks(ks: Iterable[int], n: int) -> tuple[int, ...]:
-    """Validate k values (ints in 1..n, no duplicates) and return them sorted."""
+    """Validate k values (ints in 1..n/2, no duplicates: an n-sample evaluation reports k <= n/2)
+    and return them sorted."""
+    top = max_reported_k(_positive_int(n, "n"))
     out = []
     for k in ks:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= n:
-            raise ValueError(f"every k must be an int in [1, n={n}], got k={k!r}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= top:
+            raise ValueError(f"every k must be an int in [1, n/2={top}] (n={n}: k <= n/2 keeps every estimate an "
+                             f"average over many k-subsets; raise n to 2k), got k={k!r}")
         out.append(int(k))
     if not out:
         raise ValueError("ks is empty")

@@ -69,14 +69,18 @@ def aggregate(base: EvalResult, runs: dict[str, dict[int, EvalResult]], large_k:
     P problems in the same order with the same K k values. Per method and metric (pass@k, max@k):
     dataset mean per seed, mean and std (ddof=0) over seeds for every k; Wilcoxon tests of
     `REFERENCE` vs every other row on seed-averaged per-problem values [P] at k = 1 and
-    `large_k`. train_stats[method][seed]: `training_stats` records, aggregated the same way.
-    Returns ``{"ks", "large_k", "num_problems", "methods": {name: {metric: {"mean", "std",
-    "per_seed"}, "train"?}}, "wilcoxon_vs_<REFERENCE>": {name: {metric: {k: test}}}}``."""
+    `large_k`; 95 % bootstrap intervals (problems and seeds resampled) at k = 1 and `large_k`.
+    Only k <= n/2 is reported (`maxk_jax.eval.bootstrap.reported_ks`). train_stats[method][seed]:
+    `training_stats` records, aggregated the same way. Returns ``{"ks", "large_k", "num_problems",
+    "methods": {name: {metric: {"mean", "std", "per_seed", "ci": {k: [low, high]}}, "train"?}},
+    "wilcoxon_vs_<REFERENCE>": {name: {metric: {k: test}}}}``."""
+    from maxk_jax.eval.bootstrap import bootstrap_ci
     from maxk_jax.eval.compare import wilcoxon_test
 
-    ks = list(base.ks)
+    ks = list(base.reported_ks)
     if large_k not in ks:
-        raise ValueError(f"large_k={large_k} is not one of the evaluated k values {ks}")
+        raise ValueError(f"large_k={large_k} is not one of the reported k values {ks} (k <= n/2, n={base.n})")
+    columns = [j for j, k in enumerate(base.ks) if k in ks]
     ids = base.ids
 
     def per_problem(result: EvalResult) -> dict[str, np.ndarray]:
@@ -87,18 +91,24 @@ def aggregate(base: EvalResult, runs: dict[str, dict[int, EvalResult]], large_k:
     rows: dict[str, Any] = {"base": {"seeds": {}, "per_problem": per_problem(base)}}
     for method, by_seed in runs.items():
         pp = {s: per_problem(r) for s, r in by_seed.items()}
+        if any(r.ks != base.ks for r in by_seed.values()):
+            raise ValueError(f"{method}: evaluated at other k values than the base")
         rows[method] = {"seeds": pp,
                         "per_problem": {m: np.mean([p[m] for p in pp.values()], axis=0) for m in ("pass_at_k", "max_at_k")}}
     out: dict[str, Any] = {"ks": ks, "large_k": large_k, "num_problems": len(ids), "methods": {}}
     for name, row in rows.items():
         entry: dict[str, Any] = {}
         for metric in ("pass_at_k", "max_at_k"):
-            per_seed = ({s: np.nanmean(p[metric], axis=0) for s, p in row["seeds"].items()} if row["seeds"]
-                        else {"base": np.nanmean(row["per_problem"][metric], axis=0)})
+            blocks = ([p[metric][:, columns] for p in row["seeds"].values()] if row["seeds"]
+                      else [row["per_problem"][metric][:, columns]])
+            stacked = np.stack(blocks)                                 # [S, P, K]
+            per_seed = dict(zip(row["seeds"] or ["base"], np.nanmean(stacked, axis=1)))
             values = np.array(list(per_seed.values()))  # [S, K]
             entry[metric] = {"mean": dict(zip(ks, values.mean(0).tolist())),
                              "std": dict(zip(ks, values.std(0).tolist())) if row["seeds"] else None,
-                             "per_seed": {str(s): dict(zip(ks, v.tolist())) for s, v in per_seed.items()}}
+                             "per_seed": {str(s): dict(zip(ks, v.tolist())) for s, v in per_seed.items()},
+                             "ci": {k: list(bootstrap_ci(stacked[:, :, j]) or (np.nan, np.nan))
+                                    for j, k in enumerate(ks) if k in (1, large_k)}}
         if train_stats and name in train_stats:
             by_seed = train_stats[name]
             entry["train"] = {key: {"mean": float(np.mean([st[key] for st in by_seed.values()])),
@@ -109,7 +119,7 @@ def aggregate(base: EvalResult, runs: dict[str, dict[int, EvalResult]], large_k:
     ref = rows[REFERENCE]["per_problem"]
     out["wilcoxon_vs_" + REFERENCE] = {
         name: {metric: {k: wilcoxon_test(row["per_problem"][metric][:, j], ref[metric][:, j])
-                        for j, k in enumerate(ks) if k in (1, large_k)} for metric in ("pass_at_k", "max_at_k")}
+                        for j, k in enumerate(base.ks) if k in (1, large_k)} for metric in ("pass_at_k", "max_at_k")}
         for name, row in rows.items() if name != REFERENCE}
     return out
 
@@ -117,7 +127,9 @@ def aggregate(base: EvalResult, runs: dict[str, dict[int, EvalResult]], large_k:
 def _cell(entry: dict[str, Any], metric: str, k: int) -> str:
     mean = entry[metric]["mean"][k]
     std = entry[metric]["std"]
-    return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std[k]:.3f}"
+    ci = (entry[metric].get("ci") or {}).get(k)
+    cell = f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std[k]:.3f}"
+    return cell if ci is None else f"{cell} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
 def _pval(test: dict[str, Any]) -> str:
@@ -159,9 +171,10 @@ def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
                 t = entry["train"]
                 lines.append(f"| {name} | " + " | ".join(f"{t[key]['mean']:.4f} ± {t[key]['std']:.4f}"
                                                          for key in TRAIN_STATS) + " |")
-    shown = [k for k in ks if k & (k - 1) == 0 or k == ks[-1]]       # powers of two (+ n)
+    shown = [k for k in ks if k & (k - 1) == 0 or k == ks[-1]]       # powers of two (+ n/2)
     lines += ["", f"Values: dataset mean over {agg['num_problems']} test problems; mean ± std over RL seeds (the base "
-              "model is evaluated once). Bold: best mean in the column. p: two-sided Wilcoxon signed-rank test of "
+              "model is evaluated once); [low, high]: 95 % bootstrap interval over problems and seeds. Only k <= n/2 "
+              "is reported. Bold: best mean in the column. p: two-sided Wilcoxon signed-rank test of "
               f"{REFERENCE} vs the row, paired over problems (per-problem unbiased max@k averaged over seeds); the sign "
               f"says whether {REFERENCE} is higher (+) or lower (-) on average.", "",
               "## max@k for every k (mean over seeds)", "",
@@ -209,7 +222,8 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
     """Train and evaluate every (method, seed) of the pipeline config `cfg` (synthetic data, tiny
     base model); write results.md / results.json / max_at_k.png / frontier.png under
     ``<cfg.runs_dir>/<name>`` (module docstring). method_table: the named methods
-    (`maxk_jax.pipelines.methods`); large_k: the table's large-k column (default ``eval.sampler.n``);
+    (`maxk_jax.pipelines.methods`); large_k: the table's large-k column (default and at most
+    ``eval.sampler.n // 2``: k <= n/2 only);
     executor: the judge (default ``make_executor(cfg.executor)``, closed at the end). ValueError
     for bad settings or a directory holding a comparison with other settings (unless
     `overwrite`). Returns ``{"out_dir", "results", "plot", "aggregate", "timings"}``."""
@@ -220,13 +234,14 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
 
     cfg = dataclasses.replace(cfg, name=name)
     n = cfg.eval.sampler.n
-    large_k = n if large_k is None else large_k
+    top = max(1, n // 2)
+    large_k = top if large_k is None else large_k
     if cfg.data.dataset != "synthetic" or cfg.model.path:
         raise ValueError("compare_methods runs on the synthetic task from the tiny warmed-up model; "
                          "unset data.dataset / model.path")
     methods = validate_methods(methods, cfg, method_table)
-    if not isinstance(large_k, int) or not 1 <= large_k <= n:
-        raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.sampler.n={n}]")
+    if isinstance(large_k, bool) or not isinstance(large_k, int) or not 1 <= large_k <= top:
+        raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.sampler.n/2={top}] (k <= n/2)")
     out_dir = os.path.abspath(os.path.join(cfg.runs_dir, name))
     settings = comparison_settings(cfg, methods, seeds, large_k)
     settings_path = os.path.join(out_dir, "compare_config.json")
@@ -256,7 +271,7 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                 return read_report(directory)[0]
             return timer.run(f"eval {label}", lambda: evaluate_model(
                 cfg, model_config, params_fn(), tokenizer, problems, judge, directory, label, progress=progress,
-                ks=tuple(range(1, n + 1))))
+                ks=tuple(range(1, top + 1))))
 
         base = evaluated(os.path.join(out_dir, "base"), lambda: base_params, "base")
         runs: dict[str, dict[int, EvalResult]] = {m: {} for m in methods}

@@ -70,7 +70,7 @@ def evaluate_model(cfg: PipelineConfig, model_config: Qwen2Config, params: Any, 
     """``eval.sampler.n`` samples per problem (key ``eval.seed``: the same sample keys for every model),
     judged; writes the `maxk_jax.eval.report` files to `out_dir` (process 0) and returns the
     `EvalResult` (per-problem pass@k / max@k [P, K]). ``mesh`` (multi-host: params on it): the
-    problems are split across hosts. ks: the k values of the tables (default 1, 2, 4, ..., n)."""
+    problems are split across hosts. ks: the k values of the tables (default 1, 2, 4, ..., n/2)."""
     from maxk_jax.eval.report import write_report
     from maxk_jax.eval.run import default_ks, run_evaluation
     from maxk_jax.multihost import batch_block

@@ -48,11 +48,11 @@ def validate_config(cfg: RunConfig, num_devices: int | None = None) -> training.
 
 
 def eval_ks(cfg: RunConfig) -> list[int]:
-    """k values of the periodic evaluation: ``eval.ks`` or 1, 2, 4, ..., eval.sampler.n."""
-    if cfg.eval.ks:
-        return list(cfg.eval.ks)
-    n = cfg.eval.sampler.n
-    return [1 << i for i in range(n.bit_length()) if (1 << i) <= n]
+    """k values of the periodic evaluation: ``eval.ks`` or 1, 2, 4, ..., eval.sampler.n / 2
+    (`maxk_jax.eval.run.default_ks`)."""
+    from maxk_jax.eval.run import default_ks
+
+    return list(cfg.eval.ks) if cfg.eval.ks else list(default_ks(cfg.eval.sampler.n))
 
 
 def eval_sampler(cfg: RunConfig) -> SamplerSettings:

@@ -276,7 +276,7 @@ class CheckpointSettings:
 class EvalSettings(ProblemSource):
     """Periodic evaluation every ``interval`` RL steps (0 = never) on a `ProblemSource`, sampled
     with ``sampler`` (n per problem; max_new_tokens 0 = rollout's; temperature 0 = greedy), k
-    values ``ks`` (() = 1, 2, 4, ..., n), ``batch_size`` problems per sampler call, and the fixed
+    values ``ks`` (() = 1, 2, 4, ..., n/2; every k <= n/2), ``batch_size`` problems per sampler call, and the fixed
     key ``seed`` (every checkpoint scored on the same sample keys)."""
 
     SECTION: ClassVar[str] = "eval"
@@ -293,9 +293,11 @@ class EvalSettings(ProblemSource):
         check_int(self.interval, "eval.interval", 0)
         check_sampler(self.sampler, "eval", min_new_tokens=0)
         int_tuple(self, "ks", "eval.ks", 1)
+        top = max(1, self.sampler.n // 2)
         for k in self.ks:
-            if k > self.sampler.n:
-                raise ValueError(f"eval.ks has k={k} outside [1, eval.sampler.n={self.sampler.n}]")
+            if k > top:
+                raise ValueError(f"eval.ks has k={k} outside [1, eval.sampler.n/2={top}] (k <= n/2 keeps every "
+                                 f"estimate an average over many k-subsets; raise eval.sampler.n to 2k)")
         check_int(self.batch_size, "eval.batch_size")
         check_int(self.seed, "eval.seed", 0)
         if self.interval and not (self.dataset or self.problems):

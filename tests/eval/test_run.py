@@ -1,5 +1,6 @@
 """maxk_jax.eval.run: batching plan, completion sources, judging (retries / exclusion), the loop,
 HumanEval canonical solutions, exact pass@k / max@k against brute force, deterministic resume."""
+import dataclasses
 import itertools
 
 import jax
@@ -53,10 +54,12 @@ def brute_max(rewards, k):
 
 # ------------------------------------------------------------------------------------------ plan / ks
 def test_default_ks_and_check_ks():
-    assert default_ks(256) == (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    assert default_ks(6) == (1, 2, 4, 6)
-    assert default_ks(1) == (1,)
-    assert check_ks([4, 1], 4) == (1, 4)
+    assert default_ks(256) == (1, 2, 4, 8, 16, 32, 64, 128)      # k <= n/2 only
+    assert default_ks(12) == (1, 2, 4, 6)
+    assert default_ks(3) == (1,) and default_ks(1) == (1,)
+    assert check_ks([4, 1], 8) == (1, 4)
+    with pytest.raises(ValueError, match=r"\[1, n/2=2\].*got k=4"):
+        check_ks([4], 4)
     for bad in ([0], [5], [1, 1], [], [1.5], [True]):
         with pytest.raises(ValueError):
             check_ks(bad, 4)
@@ -149,8 +152,8 @@ def _canonical_humaneval(executor, count):
         result = run_evaluation(problems, StaticCompletionSource(texts, inside_block=inside), executor=executor,
                                 n=2, key=jax.random.key(0), batch_size=16, progress=False)
         means = result.means()
-        assert means["pass_at_k"] == {1: 1.0, 2: 1.0} and means["max_at_k"] == {1: 1.0, 2: 1.0}
-        assert means["num_problems"] == {1: count, 2: count}
+        assert means["pass_at_k"] == {1: 1.0} and means["max_at_k"] == {1: 1.0}
+        assert means["num_problems"] == {1: count}
         assert result.totals()["status_counts"] == {"ok": 2 * count}
 
 
@@ -171,7 +174,8 @@ def test_mixed_completions_give_brute_force_pass_and_max_at_k(executor):
     texts = {pid: [ADD_TEXTS[m] if pid == "t/add" else passing(m) for m in ms] for pid, ms in plan.items()}
     result = run_evaluation(problems, StaticCompletionSource(texts), executor=executor, n=6,
                             key=jax.random.key(0), batch_size=8, progress=False)
-    assert result.ks == (1, 2, 4, 6)
+    assert result.ks == (1, 2, 3)          # k <= n/2 reported; the estimators are checked at every k
+    result = dataclasses.replace(result, ks=(1, 2, 3, 4, 5, 6))
     per = result.per_problem()
     for row, p in enumerate(problems):
         r = result.problems[row]
@@ -230,13 +234,16 @@ def test_sandbox_errors_are_retried_then_excluded_never_zeroed(executor):
     assert r.rewards == (1.0, 0.5, None, None) and r.n == 2 and r.n_sampled == 4
     assert flaky.calls == [["0/0", "0/1", "0/2", "0/3"], ["0/0", "0/3"], ["0/3"]]
     assert r.sandbox_retries == 3
-    means = result.means()
+    means = dataclasses.replace(result, ks=(1, 2, 4)).means()
     # estimators on the 2 valid samples only; k > 2 has no value for the problem
     assert means["max_at_k"][1] == pytest.approx(0.75) and means["max_at_k"][2] == pytest.approx(1.0)
     assert means["pass_at_k"][1] == pytest.approx(0.5)
     assert means["max_at_k"][4] is None and means["num_problems"] == {1: 1, 2: 1, 4: 0}
     assert result.totals()["excluded_samples"] == 2
-    assert "fewer valid samples than k" in eval_report.report_markdown(result, "x")
+    one = run_evaluation([p], src, executor=FlakyExecutor(executor, {"0/1": 99, "0/3": 99}, invalid=frozenset({"0/2"})),
+                         n=4, key=jax.random.key(0), sandbox_retries=0, progress=False)
+    assert one.means()["num_problems"] == {1: 1, 2: 0}     # 1 valid sample: no value at k = 2
+    assert "fewer valid samples than k" in eval_report.report_markdown(one, "x")
     flaky = FlakyExecutor(executor, {"0/3": 99})
     with pytest.raises(RuntimeError, match="1 of 4 samples could not be judged.*fail_on_excluded"):
         run_evaluation([p], src, executor=flaky, n=4, key=jax.random.key(0), fail_on_excluded=True,

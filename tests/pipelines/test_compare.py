@@ -18,7 +18,7 @@ METHODS = method_table()
 
 def test_aggregate_means_stds_and_paired_tests():
     rng = np.random.default_rng(0)
-    base = rng.choice([0.0, 0.25, 0.5, 1.0], size=(60, 4))  # > 50 pairs: scipy uses the fast normal approximation
+    base = rng.choice([0.0, 0.25, 0.5, 1.0], size=(60, 8))  # > 50 pairs: scipy uses the fast normal approximation
     better = np.minimum(base + 0.25, 1.0)
     runs = {"grpo": {0: eval_result(base), 1: eval_result(base)},
             "maxk_offpolicy": {0: eval_result(better), 1: eval_result(np.minimum(better + 0.25, 1.0))}}
@@ -36,8 +36,13 @@ def test_aggregate_means_stds_and_paired_tests():
     assert tests["grpo"]["max_at_k"][1]["mean_diff"] > 0 and tests["grpo"]["max_at_k"][1]["p_value"] < 0.01
     with pytest.raises(ValueError, match="large_k=3"):
         aggregate(eval_result(base), runs, large_k=3)
+    lo, hi = m["maxk_offpolicy"]["max_at_k"]["ci"][1]        # problems and seeds resampled
+    assert lo < m["maxk_offpolicy"]["max_at_k"]["mean"][1] < hi and set(m["base"]["max_at_k"]["ci"]) == {1, 4}
+    with pytest.raises(ValueError, match=r"large_k=4 is not one of the reported k values \[1, 2\]"):
+        aggregate(eval_result(base[:, :4]), {}, large_k=4)      # n = 4: k <= 2 only
     md = results_markdown(agg, ["- setup line"])
     assert "| maxk_offpolicy (paper's method) |" in md and "max@4" in md and "- setup line" in md
+    assert f"[{lo:.3f}, {hi:.3f}]" in md
 
 
 def test_training_stats_and_their_aggregate(tmp_path):
@@ -55,7 +60,7 @@ def test_training_stats_and_their_aggregate(tmp_path):
         training_stats(str(tmp_path))
     # aggregate + table with the stats
     rng = np.random.default_rng(1)
-    base = rng.choice([0.0, 0.5, 1.0], size=(8, 4))
+    base = rng.choice([0.0, 0.5, 1.0], size=(8, 8))
     runs = {m: {0: eval_result(base), 1: eval_result(np.minimum(base + 0.5, 1.0))} for m in ("grpo", "maxk_offpolicy")}
     stats = {m: {0: st, 1: {**st, "kl_ref_final": 0.08}} for m in runs}
     agg = aggregate(eval_result(base), runs, large_k=4, train_stats=stats)
@@ -76,7 +81,7 @@ def test_large_k_and_dataset_validation(tmp_path):
 @pytest.mark.slow
 def test_toy_comparison_writes_table_and_plot(tmp_path):
     cfg = replace_fields(toy_config(), {"runs_dir": str(tmp_path)})
-    run = lambda: run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0, 1], name="cmp", large_k=4,  # noqa: E731
+    run = lambda: run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0, 1], name="cmp", large_k=2,  # noqa: E731
                                  progress=False, method_table=METHODS)
     out = run()
     root = pathlib.Path(out["out_dir"])
@@ -84,7 +89,7 @@ def test_toy_comparison_writes_table_and_plot(tmp_path):
                 "base/summary.json", "grpo/seed0/eval/summary.json", "maxk_offpolicy/seed1/rl/metrics.jsonl"):
         assert (root / rel).is_file(), rel
     table = (root / "results.md").read_text()
-    assert "| grpo |" in table and "± " in table and "p max@4" in table
+    assert "| grpo |" in table and "± " in table and "p max@2" in table
     assert "distinct programs judged for" in table    # synthetic task: the judge cache is on
     data = json.loads((root / "results.json").read_text())
     assert set(data["methods"]) == {"base", "grpo", "maxk_offpolicy"}

@@ -28,11 +28,11 @@ def test_toy_pipeline_writes_the_report(tmp_path):
                 "trained/summary.json", "rl/metrics.jsonl"):
         assert (run / rel).is_file(), rel
     report = (run / "report.md").read_text()
-    for text in ("maxk_offpolicy", "| rl |", "| eval base |", "| eval trained |", "pass@1", "max@4",
+    for text in ("maxk_offpolicy", "| rl |", "| eval base |", "| eval trained |", "pass@1", "max@2",
                  "Wilcoxon"):
         assert text in report, text
     comparison = json.loads((run / "comparison.json").read_text())
-    assert comparison["ks"] == [1, 2, 4] and comparison["num_problems"] == 2
+    assert comparison["ks"] == [1, 2] and comparison["num_problems"] == 2
     assert set(comparison["means"]) == {"base", "trained (maxk_offpolicy)"}
     metrics = [json.loads(line) for line in (run / "rl/metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
@@ -61,7 +61,7 @@ def test_report_markdown_lists_setup_phases_and_tables():
     assert md.startswith("# Tiny pipeline run `tiny`")
     for text in ("- model: tiny model X", "estimator `maxk_offpolicy` (k = 4)", "reward mean 0.250",
                  "3 test problems, n = 64", "| data | 1.0 | 0.5 |", "| total | 3.5 | 4.5 |",
-                 "each distinct (program, tests) judged once", "## Base vs trained:", "max@4"):
+                 "each distinct (program, tests) judged once", "## Base vs trained:", "max@2"):
         assert text in md, text
     assert "# Comparison:" not in md
     cfg = replace_fields(cfg, {"executor_cache": False})

@@ -158,7 +158,7 @@ def test_metrics_logger_truncates_on_resume(tmp_path):
     ({"algo.estimator_options": (("bogus", 1),)}, "algo.estimator_options=.*unknown option"),
     ({"rollout.sampler.temperature": 0.0}, "rollout.sampler.temperature=0.0 must be a finite number > 0"),
     ({"rollout.prompts": 0}, "rollout.prompts=0 must be an int >= 1"),
-    ({"eval.interval": 5, "eval.ks": (1, 16)}, "eval.ks has k=16 outside \\[1, eval.sampler.n=8\\]"),
+    ({"eval.interval": 5, "eval.ks": (1, 16)}, "eval.ks has k=16 outside \\[1, eval.sampler.n/2=4\\]"),
     ({"eval.interval": 5, "eval.dataset": ""}, "eval.interval > 0 needs"),
     ({"eval.interval": 5, "eval.sampler.top_p": 2.0}, "eval.sampler.top_p must lie in \\(0, 1\\]"),
     ({"eval.interval": 5, "eval.sampler.temperature": -1.0}, "eval.sampler.temperature must be a finite float >= 0"),

@@ -81,12 +81,12 @@ def test_normalised_values_and_methods():
 
 def test_config_dict_round_trip():
     run = replace_fields(RunConfig(), {
-        "algo.estimator_options": {"baseline": "loo1", "clamp_delta": None}, "eval.ks": (1, 2, 8),
+        "algo.estimator_options": {"baseline": "loo1", "clamp_delta": None}, "eval.ks": (1, 2, 4),
         "rollout.eos_ids": (5, 7), "data.chat": False, "data.options": (("seed", 3), ("max_tests", None)), "model.logprob_chunk": 4096,
         "algo.loss": LossConfig(kind="is_weighted", aggregation="seq_sum_norm", norm_length=99, kl_beta=0.02)})
     cfg = to_config_dict(run)
     assert cfg.algo.loss.kind == "is_weighted" and cfg.algo.loss.norm_length == 99 and cfg.rollout.sampler.n == 8
-    assert cfg.eval.ks == (1, 2, 8) and cfg.data.chat is False
+    assert cfg.eval.ks == (1, 2, 4) and cfg.data.chat is False
     assert from_config_dict(cfg) == run
     assert from_config_dict(json.loads(cfg.to_json_best_effort())) == run   # config.json: lists -> tuples
     assert from_config_dict(to_config_dict(RunConfig())) == RunConfig()
@@ -199,7 +199,7 @@ def test_command_line_overrides_of_typed_fields(tmp_path):
     assert config_lib.eval_ks(run) == [1, 2, 4]
     assert config_lib.render_kwargs(run)["chat"] is True
     default = _parse(tmp_path)
-    assert config_lib.eval_ks(default) == [1, 2, 4, 8] and default.data.chat is None
+    assert config_lib.eval_ks(default) == [1, 2, 4] and default.data.chat is None
     assert _parse(tmp_path, "--config.data.chat=false").data.chat is False
     with pytest.raises(ValueError, match="algo.estimator_options=.*unknown option"):
         _parse(tmp_path, "--config.algo.estimator=grpo", "--config.algo.estimator_options=(('p',2),)")
