@@ -168,7 +168,8 @@ def run_failure(header: dict, record: dict | None, cpu_limit_s: float, memory_mb
     """Verdict implied by how a run ended before looking at its answer, or None.
 
     ``header``: the worker's run report (exit_code, signal, timed_out, cpu_s, maxrss_kb,
-    output_limited, and ``oom_kills`` of the slot cgroup when there is one); ``record``: the harness record (nonce verified) or None.
+    output_limited (stdout or stderr beyond the output limit), file_limited ("" | "memory" |
+    "scratch": which file hit RLIMIT_FSIZE), and ``oom_kills`` of the slot cgroup when there is one); ``record``: the harness record (nonce verified) or None.
     """
     kind = record.get("k") if record else None
     if kind == "ce":
@@ -181,6 +182,10 @@ def run_failure(header: dict, record: dict | None, cpu_limit_s: float, memory_mb
         return "TLE", f"CPU time {header['cpu_s']:.3f}s exceeds {cpu_limit_s:g}s"
     if header["output_limited"]:
         return "OLE", f"output exceeds the limit (stdout {header['stdout_size']} B, stderr {header['stderr_size']} B)"
+    if header.get("file_limited") == "memory":
+        return "MLE", "a memory file (memfd or shared memory) grew beyond the per-file limit (SIGXFSZ)"
+    if header.get("file_limited") == "scratch":
+        return "RE", "a scratch file grew beyond the scratch limit (SIGXFSZ)"
     if header.get("oom_kills"):
         return "MLE", f"memory limit of {memory_mb} MB exceeded (the slot's cgroup OOM-killed a process)"
     if (record and record.get("mem")) or header["maxrss_kb"] > memory_mb * 1024:

@@ -7,7 +7,9 @@ the C child *before* bwrap is exec'd (bwrap started as root would keep uid 0 ins
 read-only ``/usr`` (+ the /bin, /lib symlinks), a read-only copy of the worker sources at
 ``/maxk``, fresh ``/proc`` and ``/dev``, size-capped tmpfs at ``/tmp`` (scratch, the cwd) and
 ``/dev/shm``, read-only root, empty environment except PATH/HOME/LANG, no network (loopback of
-an empty net namespace). ``--die-with-parent`` ties the sandbox to the slot thread that made it.
+an empty net namespace), no nested user namespaces (``--disable-userns``, bubblewrap >= 0.8:
+so no mounts or uid maps of the program's own). ``--die-with-parent`` ties the sandbox to the slot
+thread that made it.
 
 The process is a child subreaper (orphans of dying sandboxes are reparented to it) and a
 :class:`Reaper` reaps zombies of the sandbox uids. Each executor takes its own block of uids
@@ -16,6 +18,7 @@ The process is a child subreaper (orphans of dying sandboxes are reparented to i
 import ctypes
 import dataclasses
 import fcntl
+import functools
 import logging
 import os
 import re
@@ -192,6 +195,22 @@ def owned_tempdir(kind: str) -> str:
     return tempfile.mkdtemp(prefix=f"maxk_jax_{kind}_{cgroups.owner_tag()}_")
 
 
+@functools.lru_cache(maxsize=None)
+def userns_args(bwrap: str) -> tuple[str, ...]:
+    """``--unshare-user --disable-userns`` where this bubblewrap supports it (>= 0.8): candidate
+    code can then create no nested user namespace (and so no mount, no uid map of its own).
+    Older bubblewrap: () and one warning (nested user namespaces stay possible there)."""
+    try:
+        text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    if "--disable-userns" in text:
+        return ("--unshare-user", "--disable-userns")
+    logging.warning("bubblewrap at %s has no --disable-userns (needs >= 0.8): sandboxed programs can create "
+                    "nested user namespaces", bwrap)
+    return ()
+
+
 def clean_stale_dirs(kinds: tuple = ("worker", "scratch")) -> list:
     """Remove ``/tmp/maxk_jax_<kind>_<owner>_*`` directories whose owner process is gone.
 
@@ -236,7 +255,8 @@ class Sandbox:
     def _command(self) -> tuple:
         cfg = self.config
         if self.sandboxed:
-            cmd = [cfg.bwrap, "--unshare-all", "--die-with-parent", "--as-pid-1", "--new-session",
+            cmd = [cfg.bwrap, "--unshare-all", *userns_args(cfg.bwrap), "--die-with-parent", "--as-pid-1",
+                   "--new-session",
                    "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
                    "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
                    "--ro-bind", self.source_dir, "/maxk", "--proc", "/proc", "--dev", "/dev",

@@ -180,7 +180,8 @@ class Supervisor:
     def _limits(self, limits: dict, sandboxed_uid: bool, cgroup: bool) -> dict:
         return {"cpu_s": limits["cpu_s"], "wall_s": limits["wall_s"],
                 "memory_bytes": None if cgroup else limits["memory_mb"] << 20,
-                "output_bytes": limits["output_mb"] << 20, "nofile": self.config.nofile,
+                "output_bytes": limits["output_mb"] << 20, "scratch_bytes": self.config.scratch_mb << 20,
+                "nofile": self.config.nofile,
                 "nproc": self.config.nproc if sandboxed_uid else None}
 
     def _execute(self, sandbox: Sandbox, header: dict, blobs: dict, limits: dict) -> tuple:
@@ -194,7 +195,9 @@ class Supervisor:
             if not sandbox.alive():
                 sandbox.start()
             if group is not None:
-                group.begin((limits["memory_mb"] + 2 * limits["output_mb"] + CGROUP_SLACK_MB) << 20)
+                # program memory + stdout/stderr memfds + scratch tmpfs pages (charged to the group)
+                group.begin((limits["memory_mb"] + 2 * max(limits["output_mb"], self.config.scratch_mb)
+                             + self.config.scratch_mb + CGROUP_SLACK_MB) << 20)
             answer = sandbox.run(header, blobs, limits["wall_s"] + self.config.grace_s)
             if group is not None:
                 answer[0].update(group.end())

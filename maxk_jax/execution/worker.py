@@ -101,6 +101,18 @@ class Worker:
             found.extend(frontier)
         return found
 
+    def scratch_used(self) -> int:
+        """Bytes of the largest file under the scratch dirs (what RLIMIT_FSIZE bounds)."""
+        largest = 0
+        for root in self.scratch:
+            for dirpath, _, names in os.walk(root):
+                for name in names:
+                    try:
+                        largest = max(largest, os.lstat(os.path.join(dirpath, name)).st_size)
+                    except OSError:
+                        pass
+        return largest
+
     def wipe_scratch(self) -> bool:
         """Delete everything under the scratch dirs; False if the sandbox should be replaced."""
         ok = True
@@ -203,6 +215,11 @@ class Worker:
         stdout = os.pread(fds["stdout"], min(out_size, limit), 0) if job["mode"] == "stdio" else b""
         stderr = os.pread(fds["stderr"], min(err_size, STDERR_EXCERPT), 0)
         record = self._record(fds["result"], nonce)
+        output_limited = out_size > limit or err_size > limit
+        file_limited = ""
+        if sig == "SIGXFSZ" and not output_limited:   # which file hit RLIMIT_FSIZE: scratch or memory
+            scratch = int(job["limits"].get("scratch_bytes") or 0)
+            file_limited = "scratch" if scratch and self.scratch_used() >= scratch else "memory"
         clean = self.wipe_scratch() and self.ipc_clean() and clean
         if exit_code == _JOIN_FAILED and record is None and self.cgroup_fds:
             return {"ok": False, "error": "the test process could not join the slot's cgroups", "restart": True}, {}
@@ -210,7 +227,7 @@ class Worker:
             "ok": True, "exit_code": exit_code, "signal": sig, "timed_out": timed_out,
             "cpu_s": round(_cpu(after) - _cpu(before), 6), "wall_s": round(wall, 6),
             "maxrss_kb": usage.ru_maxrss, "stdout_size": out_size, "stderr_size": err_size,
-            "output_limited": sig == "SIGXFSZ" or out_size > limit or err_size > limit,
+            "output_limited": output_limited, "file_limited": file_limited,
             "restart": not clean,
         }
         answer = {"stdout": stdout, "stderr": stderr}

@@ -106,6 +106,8 @@ def _run(**overrides) -> dict:
     (_run(cpu_s=1.5), None, "TLE"),
     (_run(signal="SIGXCPU", exit_code=None), None, "TLE"),
     (_run(output_limited=True, signal="SIGXFSZ", exit_code=None), None, "OLE"),
+    (_run(file_limited="memory", signal="SIGXFSZ", exit_code=None), None, "MLE"),   # a memfd, not output
+    (_run(file_limited="scratch", signal="SIGXFSZ", exit_code=None), None, "RE"),   # the scratch limit
     (_run(exit_code=1), {"k": "exit", "exc": "MemoryError", "mem": True}, "MLE"),
     (_run(maxrss_kb=300 * 1024), None, "MLE"),
     (_run(signal="SIGSEGV", exit_code=None), None, "RE"),

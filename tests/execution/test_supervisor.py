@@ -110,7 +110,17 @@ HOSTILE = [
      "", {"RE", "MLE", "TLE"}),
     ("stdout-flood", "while True:\n    print('x' * 1000)", "", {"OLE"}),
     ("stderr-flood", "import sys\nwhile True:\n    sys.stderr.write('y' * 1000)", "", {"OLE"}),
-    ("big-file", "with open('big', 'wb') as f:\n    f.write(b'0' * (8 << 20))", "", {"OLE"}),
+    # a scratch file counts against the scratch tmpfs (64 MB), not the output limit (issue 22)
+    ("scratch-file-40mb", "with open('big', 'wb') as f:\n    f.write(b'0' * (40 << 20))\nprint('written')",
+     "written", {"AC"}),
+    ("nested-userns", "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "r = libc.unshare(0x10000000 | 0x00020000)\nprint('unshared' if r == 0 else 'refused')", "refused", {"AC"}),
+    ("mount-tmpfs", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "r = libc.mount(b'none', b'/usr', b'tmpfs', 0, None)\nprint('mounted' if r == 0 else 'refused')", "refused", {"AC"}),
+    ("memfd-1gb", "import os\nfd = os.memfd_create('m')\nchunk = b'x' * (1 << 20)\nfor _ in range(1024):\n"
+     "    os.write(fd, chunk)\nprint('held')", "", {"MLE"}),
+    ("shm-1gb", "import mmap, os\nfd = os.open('/dev/shm/x', os.O_CREAT | os.O_RDWR)\nos.ftruncate(fd, 1 << 30)\n"
+     "m = mmap.mmap(fd, 1 << 30)\nfor i in range(0, 1 << 30, 4096):\n    m[i] = 1\nprint('held')", "", {"MLE"}),
     ("fill-scratch", "import os\ntry:\n    for i in range(1000):\n        with open(f'f{i}', 'wb') as f:\n"
      "            f.write(b'0' * (3 << 20))\nexcept OSError as e:\n    print('full', e.errno)", "full 28", {"AC"}),
     ("fd-exhaustion", "fs = []\ntry:\n    while True:\n        fs.append(open('/dev/null'))\nexcept OSError as e:\n"
