@@ -1,14 +1,19 @@
 """Run the judge service: ``python -m maxk_jax.execution.serve --host 127.0.0.1 --port PORT``.
 
 Starts the sandbox supervisor (``--slots`` workers, default os.cpu_count()) and serves the
-FastAPI app of :mod:`maxk_jax.execution.service` with uvicorn until SIGINT/SIGTERM, then kills
-every sandbox. Refuses to start without bubblewrap/user namespaces unless ``--unsandboxed``;
+FastAPI app of :mod:`maxk_jax.execution.service` with uvicorn until SIGTERM, SIGINT, SIGHUP,
+SIGUSR1 or SIGUSR2, then kills every sandbox and removes its cgroups and temp directories. The
+console gets one line when the service listens, one per client that disconnects mid-request and
+one when it stops (uvicorn's own log at --log_level). Refuses to start without bubblewrap/user namespaces unless ``--unsandboxed``;
 out-of-range flags (``--port=70000``, ``--max_inflight=0``) are rejected before anything starts.
 Temp directories left by a SIGKILLed earlier service (owner process gone) are removed at start.
 """
+import contextlib
 import logging
 import signal
 import sys
+import threading
+import time
 
 import uvicorn
 from absl import app, flags
@@ -43,16 +48,46 @@ for _name, _low, _high in (("port", 1, 65535), ("slots", 0, MAX_SLOTS), ("max_pe
 flags.register_validator("grace_s", lambda value: value > 0, message="--grace_s must be > 0")
 
 
-def _terminate(signum: int, frame) -> None:
-    """SIGTERM -> SystemExit, so the ``finally`` below kills and reaps every sandbox.
+# Signals that stop the service cleanly (sandboxes killed, cgroups and temp directories removed,
+# one log line); without a handler SIGHUP / SIGUSR1 / SIGUSR2 would kill it and leave them behind.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
-    uvicorn restores this handler after its graceful shutdown and re-raises the signal."""
-    del frame
-    raise SystemExit(128 + signum)
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with every `STOP_SIGNALS` as a graceful stop, remembering which arrived."""
+
+    stopped_by: str = ""
+
+    def handle_exit(self, sig: int, frame) -> None:
+        self.stopped_by = self.stopped_by or signal.Signals(sig).name
+        super().handle_exit(sig, frame)
+
+    def install_signal_handlers(self) -> None:   # uvicorn < 0.29 spelling
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self.handle_exit)
+
+    @contextlib.contextmanager
+    def capture_signals(self):                    # uvicorn >= 0.29 spelling
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _announce(server: _Server, host: str, port: int, slots: int, sandboxed: bool) -> None:
+    """One line on stderr once the socket is listening (polled from a daemon thread)."""
+    while not server.started and not server.should_exit:
+        time.sleep(0.05)
+    if server.started:
+        print(f"serve: listening on http://{host}:{port} ({slots} slots, "
+              f"{'sandboxed' if sandboxed else 'UNSANDBOXED'}); stop with SIGTERM/SIGINT/SIGHUP/SIGUSR1/SIGUSR2",
+              file=sys.stderr, flush=True)
 
 
 def main(argv: list) -> None:
-    """Start the supervisor, serve until interrupted, then shut the sandboxes down."""
+    """Start the supervisor, serve until a stop signal, then shut the sandboxes down."""
     del argv
     config = SandboxConfig(slots=FLAGS.slots or None, allow_unsandboxed=FLAGS.unsandboxed, grace_s=FLAGS.grace_s,
                            cgroups=FLAGS.cgroups)
@@ -60,16 +95,21 @@ def main(argv: list) -> None:
         supervisor = Supervisor(config)
     except SandboxUnavailableError as err:
         sys.exit(f"serve: {err}")
+    server = None
     try:
         if not supervisor.sandboxed:
             logging.warning("serving WITHOUT a sandbox (--unsandboxed)")
         application = create_app(supervisor, max_pending=FLAGS.max_pending, max_inflight=FLAGS.max_inflight,
                                  cache_size=FLAGS.cache_size, cache_bytes=FLAGS.cache_mb << 20,
                                  max_request_bytes=FLAGS.max_request_mb << 20, default_output_mb=FLAGS.output_mb)
-        signal.signal(signal.SIGTERM, _terminate)
-        uvicorn.run(application, host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level)
+        server = _Server(uvicorn.Config(application, host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level))
+        threading.Thread(target=_announce, args=(server, FLAGS.host, FLAGS.port, supervisor.num_slots,
+                                                 supervisor.sandboxed), daemon=True).start()
+        server.run()
     finally:
         supervisor.close()
+        why = f"stopped by {server.stopped_by}" if server is not None and server.stopped_by else "stopped"
+        print(f"serve: {why}; sandboxes, cgroups and temp directories removed", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

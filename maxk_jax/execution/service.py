@@ -14,12 +14,14 @@ import collections
 import concurrent.futures
 import json
 import math
+import logging
 import threading
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from maxk_jax.execution import schema
 from maxk_jax.execution.executor import JudgeResult
@@ -197,11 +199,17 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
         if length.isdigit() and int(length) > max_request_bytes:
             return too_big
         chunks, total = [], 0
-        async for chunk in request.stream():
-            total += len(chunk)
-            if total > max_request_bytes:
-                return too_big
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                total += len(chunk)
+                if total > max_request_bytes:
+                    return too_big
+                chunks.append(chunk)
+        except ClientDisconnect:   # one line, not starlette's traceback
+            client = request.client
+            logging.warning("client %s disconnected after sending %d of %s request bytes",
+                            f"{client.host}:{client.port}" if client else "?", total, length or "?")
+            return Response(status_code=499)
         try:
             body = json.loads(b"".join(chunks))
         except (ValueError, UnicodeDecodeError) as err:

@@ -106,3 +106,43 @@ def test_leftovers_of_a_killed_service_are_removed_at_next_start() -> None:
             assert os.path.isdir(mine)
     finally:
         os.rmdir(mine)
+
+
+def _start(port: int, *extra: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "maxk_jax.execution.serve", "--port", str(port), "--slots", "1",
+                             *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+            return proc
+        except httpx.HTTPError:
+            assert proc.poll() is None and time.monotonic() < deadline, "service did not come up"
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT])
+def test_every_stop_signal_shuts_down_cleanly_with_one_line(sig) -> None:
+    """SIGHUP / SIGUSR1 / SIGUSR2 / SIGINT: sandboxes gone, no worker dir or cgroup left, one line
+    when listening, one per disconnected client, one when stopped -- no traceback."""
+    from maxk_jax.execution import cgroups
+
+    port = _free_port()
+    proc = _start(port)
+    tag = cgroups.owner_tag(proc.pid)
+    sandboxes = _children(proc.pid)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:   # a client that gives up mid-body
+        sock.sendall(b"POST /v1/judge HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"submissions\": [")
+        time.sleep(0.5)
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    out = proc.communicate(timeout=60)[0].decode()
+    assert f"stopped by {signal.Signals(sig).name}" in out, out
+    assert "listening on http://127.0.0.1:" in out and "disconnected after sending" in out, out
+    assert "Traceback" not in out and len(out.strip().splitlines()) <= 4, out
+    for pid in sandboxes:
+        assert not os.path.exists(f"/proc/{pid}"), f"sandbox {pid} outlived the service"
+    assert not glob.glob(f"{tempfile.gettempdir()}/maxk_jax_worker_{tag}_*")
+    bases, _ = cgroups.probe()
+    assert not [g for b in (bases or {}).values() for g in glob.glob(os.path.join(b, f"{cgroups.PREFIX}{tag}_*"))]
