@@ -34,7 +34,7 @@ def test_override_paths_and_explain_use_the_given_config_file():
     assert config_overrides.override_paths(argv) == ["algo.k", "log.tensorboard", "algo.bogus"]
     message = config_overrides.explain(argv, "config", default="/no/such/default.py")
     assert message.startswith("--config.algo.bogus: config.algo has no field 'bogus'; valid fields: ")
-    assert "estimator" in message and "kl_beta" in message
+    assert "estimator" in message and "loss" in message
     assert config_overrides.explain(argv[:4], "config", default="/no/such/default.py") is None
 
 
