@@ -10,7 +10,7 @@ config exactly as experiments/tiny_pipeline.py does, evaluates only the base (ev
 samples on eval.num_problems test problems) and prints its headroom at --k: max@1, max@k, pass@1,
 pass@k and the share of problems whose own pass@k is strictly inside (0.05, 0.95)
 (`maxk_jax.pipelines.calibration.headroom`). One JSON line per point is appended to --table, the
-calibration table of the README.
+calibration table of the README (``--print_table`` prints it as markdown).
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ def define_flags() -> None:
     flags.DEFINE_string("table", None, "JSONL file to append this point's row to (default: "
                         "<runs_dir>/calibration.jsonl).")
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars for warm-up and evaluation.")
+    flags.DEFINE_bool("print_table", False, "Only print --table (JSONL of earlier points) as a markdown table.")
 
 
 def changed_fields(cfg) -> dict[str, object]:
@@ -62,15 +63,21 @@ def main(argv: Sequence[str]) -> None:
     """absl entry point: the typed config, one calibration point, a printed summary and a table row."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from maxk_jax.pipelines.calibration import calibrate_base
+    from maxk_jax.pipelines.calibration import calibrate_base, calibration_markdown
 
     with cli.user_errors():
         cfg = from_config_dict(FLAGS.config)
+        table = FLAGS.table or os.path.join(cfg.runs_dir, "calibration.jsonl")
+        if FLAGS.print_table:
+            if not os.path.isfile(table):
+                raise ValueError(f"--table {table!r} does not exist")
+            with open(table, encoding="utf-8") as f:
+                print(calibration_markdown([json.loads(line) for line in f if line.strip()]))
+            return
         if not 1 <= 2 * FLAGS.k <= cfg.eval.sampler.n:
             raise ValueError(f"--k={FLAGS.k} needs eval.sampler.n >= 2k, got eval.sampler.n={cfg.eval.sampler.n}")
     row = {"point": FLAGS.point, "changed": changed_fields(cfg),
            **calibrate_base(cfg, FLAGS.k, progress=FLAGS.progress)}
-    table = FLAGS.table or os.path.join(cfg.runs_dir, "calibration.jsonl")
     os.makedirs(os.path.dirname(os.path.abspath(table)), exist_ok=True)
     with open(table, "a", encoding="utf-8") as f:
         f.write(json.dumps(row, default=str) + "\n")

@@ -95,3 +95,21 @@ def calibrate_base(cfg: PipelineConfig, k: int, *, progress: bool = True,
     return {**stats, "target_met": meets_target(stats), "base": model_path, "base_cached": cached,
             "warmup_loss_last50": record["loss_last50"], "base_s": round(base_s, 1),
             "eval_s": round(time.perf_counter() - start, 1)}
+
+
+def calibration_markdown(rows: list[dict[str, Any]]) -> str:
+    """The calibration table (README form) of `calibrate_base` rows (plus ``"point"`` and
+    ``"changed"``: the fields that differ from the main job): one line per point with what it
+    tried, the headroom numbers and whether it meets the target."""
+    if not rows:
+        raise ValueError("no calibration rows")
+    k = rows[0]["k"]
+    lines = [f"| point | changed (vs the main job) | problems × n | max@1 | max@{k} | pass@1 | pass@{k} | "
+             f"undecided at k={k} | target |", "|:--|:--|--:|--:|--:|--:|--:|--:|:--|"]
+    skip = {"runs_dir", "name"}
+    for r in rows:
+        changed = ", ".join(f"`{p}={v}`" for p, v in sorted(r.get("changed", {}).items()) if p not in skip) or "—"
+        lines.append(f"| {r.get('point', '?')} | {changed} | {r['num_problems']} × {r['n']} | {r['max_at_1']:.3f} | "
+                     f"{r['max_at_k']:.3f} | {r['pass_at_1']:.3f} | {r['pass_at_k']:.3f} | "
+                     f"{r['undecided_share']:.2f} | {'met' if r['target_met'] else 'no'} |")
+    return "\n".join(lines)

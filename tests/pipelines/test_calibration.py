@@ -35,3 +35,16 @@ def test_target_and_bad_arguments():
         headroom(result, 9)
     with pytest.raises(ValueError, match="undecided"):
         headroom(result, 4, undecided=(0.9, 0.1))
+
+
+def test_calibration_table_lists_what_each_point_tried():
+    from maxk_jax.pipelines.calibration import calibration_markdown
+
+    stats = headroom(_counts_result([0, 1, 2, 3, 4, 16]), 8)
+    row = {**stats, "point": "p1", "changed": {"synthetic.max_ops": 4, "runs_dir": "/x"},
+           "target_met": meets_target(stats)}
+    table = calibration_markdown([row])
+    assert "| p1 | `synthetic.max_ops=4` | 6 × 16 |" in table and "runs_dir" not in table
+    assert "undecided at k=8" in table and table.rstrip().endswith("| 0.50 | no |")
+    with pytest.raises(ValueError, match="no calibration rows"):
+        calibration_markdown([])
