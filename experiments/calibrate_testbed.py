@@ -1,9 +1,9 @@
 r"""Calibrate a testbed: the base policy's large-k headroom for one pipeline config.
 
-    .venv/bin/python -m experiments.calibrate_testbed --config=experiments/configs/tiny.py:testbed
     .venv/bin/python -m experiments.calibrate_testbed --point=ops24 \
         --config.synthetic.min_ops=2 --config.synthetic.max_ops=4 --config.synthetic.num_test=96 \
         --config.eval.num_problems=96 --config.eval.sampler.n=256
+    .venv/bin/python -m experiments.calibrate_testbed --print_table --table=runs/calibration.jsonl
 
 Builds (or reuses, from ``<runs_dir>/_cache``) the synthetic split and the warmed-up base of the
 config exactly as experiments/tiny_pipeline.py does, evaluates only the base (eval.sampler.n

@@ -14,14 +14,12 @@ Writes ``plan_memory.{json,md,png}`` to ``--results_dir``.
 """
 from __future__ import annotations
 
-import os
 
 # XLA reads its flags when JAX starts: ask for the simulated CPU devices before importing JAX
+from maxk_jax.simulated_devices import request_cpu_devices  # isort: skip  (stdlib only: before JAX)
+
 NUM_DEVICES = 8
-_flags = os.environ.get("XLA_FLAGS", "")
-if "xla_force_host_platform_device_count" not in _flags:
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count={NUM_DEVICES}"
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+request_cpu_devices(NUM_DEVICES)
 
 import json  # noqa: E402
 import pathlib  # noqa: E402

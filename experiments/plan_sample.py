@@ -20,13 +20,11 @@ decode step. Writes ``plan_sample.{json,md}`` to ``--results_dir``.
 """
 from __future__ import annotations
 
-import os  # isort: skip
+
+from maxk_jax.simulated_devices import request_cpu_devices  # isort: skip  (stdlib only: before JAX)
 
 NUM_DEVICES = 8
-_flags = os.environ.get("XLA_FLAGS", "")
-if "xla_force_host_platform_device_count" not in _flags:
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count={NUM_DEVICES}"
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+request_cpu_devices(NUM_DEVICES)
 
 import json  # noqa: E402
 import pathlib  # noqa: E402

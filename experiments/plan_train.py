@@ -19,22 +19,19 @@ is what experiments/configs/base.py ships (mesh fsdp=-1). The planning itself is
 """
 from __future__ import annotations
 
-import os  # isort: skip
 import tempfile  # isort: skip
 
 # XLA reads its flags when JAX starts, so before importing JAX: the simulated CPU devices, and where
 # XLA writes each planned module's buffer assignment (read by ``memory_plan.temp_breakdown``)
 import sys  # isort: skip
 
+from maxk_jax.simulated_devices import request_cpu_devices  # isort: skip  (stdlib only: before JAX)
+
 # --devices must be known before JAX starts (it sizes the simulated CPU platform)
 _dev = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--devices=")]
 NUM_DEVICES = int(_dev[-1]) if _dev and _dev[-1].isdigit() and int(_dev[-1]) > 0 else 8
 _DUMP_DIR = tempfile.mkdtemp(prefix="plan_train_xla_")
-_flags = os.environ.get("XLA_FLAGS", "")
-if "xla_force_host_platform_device_count" not in _flags:
-    _flags = f"{_flags} --xla_force_host_platform_device_count={NUM_DEVICES}"
-os.environ["XLA_FLAGS"] = f"{_flags} --xla_dump_to={_DUMP_DIR} --xla_dump_hlo_module_re=^jit_(step|fn)$"
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+request_cpu_devices(NUM_DEVICES, f"--xla_dump_to={_DUMP_DIR} --xla_dump_hlo_module_re=^jit_(step|fn)$")
 
 import json  # noqa: E402
 import pathlib  # noqa: E402

@@ -14,6 +14,7 @@ fewer than k valid samples has no value at that k.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -106,7 +107,15 @@ class EvalResult:
         "pass_at_k_stderr": {...}, "max_at_k_stderr": {...}, "pass_at_k_ci": {k: [low, high]},
         "max_at_k_ci": {...}, "num_problems": {k: count}}`` (count = problems with at least k valid
         samples; None means when it is 0; ci: 95 % bootstrap interval over problems,
-        `maxk_jax.eval.bootstrap.bootstrap_ci`)."""
+        `maxk_jax.eval.bootstrap.bootstrap_ci`). Computed once per result (the bootstraps are
+        the costly part; a report asks several times); copies are returned."""
+        cached = self.__dict__.get("_means")
+        if cached is None:
+            cached = self._compute_means()
+            object.__setattr__(self, "_means", cached)
+        return copy.deepcopy(cached)
+
+    def _compute_means(self) -> dict[str, Any]:
         per = self.per_problem()
         out: dict[str, Any] = {}
         for metric in METRICS:

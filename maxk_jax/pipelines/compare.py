@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
+from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.execution import Executor
 from maxk_jax.pipelines.base_model import prepare_base, prepare_data
 from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
@@ -234,7 +235,7 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
 
     cfg = dataclasses.replace(cfg, name=name)
     n = cfg.eval.sampler.n
-    top = max(1, n // 2)
+    top = max_reported_k(n)
     large_k = top if large_k is None else large_k
     if cfg.data.dataset != "synthetic" or cfg.model.path:
         raise ValueError("compare_methods runs on the synthetic task from the tiny warmed-up model; "

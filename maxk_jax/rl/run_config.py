@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple
 
 from maxk_jax.estimators import estimator_info, get_estimator
+from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.rl import losses
 from maxk_jax.rl.rollout import PROMPT_FORMATS
 from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
@@ -293,7 +294,7 @@ class EvalSettings(ProblemSource):
         check_int(self.interval, "eval.interval", 0)
         check_sampler(self.sampler, "eval", min_new_tokens=0)
         int_tuple(self, "ks", "eval.ks", 1)
-        top = max(1, self.sampler.n // 2)
+        top = max_reported_k(self.sampler.n)
         for k in self.ks:
             if k > top:
                 raise ValueError(f"eval.ks has k={k} outside [1, eval.sampler.n/2={top}] (k <= n/2 keeps every "

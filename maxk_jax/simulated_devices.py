@@ -1,0 +1,27 @@
+"""Simulated CPU devices for the AOT planners (experiments/plan_*.py), set up before JAX starts.
+
+XLA reads ``XLA_FLAGS`` once, when JAX initialises, so this module imports nothing but the standard
+library and is called at the top of a script, before any JAX import::
+
+    from maxk_jax.simulated_devices import request_cpu_devices  # isort: skip
+    request_cpu_devices(8)
+    import jax  # noqa: E402
+"""
+from __future__ import annotations
+
+import os
+
+COUNT_FLAG = "xla_force_host_platform_device_count"
+
+
+def request_cpu_devices(count: int, extra_xla_flags: str = "") -> None:
+    """Ask XLA for `count` simulated host (CPU) devices unless ``XLA_FLAGS`` already names a count
+    (the caller's choice wins), append `extra_xla_flags`, and default ``JAX_PLATFORMS`` to cpu.
+    ValueError for a count < 1."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be an int >= 1, got {count!r}")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if COUNT_FLAG not in flags:
+        flags = f"{flags} --{COUNT_FLAG}={count}"
+    os.environ["XLA_FLAGS"] = f"{flags} {extra_xla_flags}".strip() if extra_xla_flags else flags
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
