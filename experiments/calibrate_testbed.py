@@ -10,7 +10,8 @@ config exactly as experiments/tiny_pipeline.py does, evaluates only the base (ev
 samples on eval.num_problems test problems) and prints its headroom at --k: max@1, max@k, pass@1,
 pass@k and the share of problems whose own pass@k is strictly inside (0.05, 0.95)
 (`maxk_jax.pipelines.calibration.headroom`). One JSON line per point is appended to --table, the
-calibration table of the README (``--print_table`` prints it as markdown).
+calibration table of the README (``--print_table`` prints it as markdown); the point's per-problem
+evaluation files go to ``<runs_dir>/calibration/<point>``.
 """
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def main(argv: Sequence[str]) -> None:
         if not 1 <= 2 * FLAGS.k <= cfg.eval.sampler.n:
             raise ValueError(f"--k={FLAGS.k} needs eval.sampler.n >= 2k, got eval.sampler.n={cfg.eval.sampler.n}")
     row = {"point": FLAGS.point, "changed": changed_fields(cfg),
-           **calibrate_base(cfg, FLAGS.k, progress=FLAGS.progress)}
+           **calibrate_base(cfg, FLAGS.k, progress=FLAGS.progress,
+                          out_dir=os.path.join(cfg.runs_dir, "calibration", FLAGS.point))}
     os.makedirs(os.path.dirname(os.path.abspath(table)), exist_ok=True)
     with open(table, "a", encoding="utf-8") as f:
         f.write(json.dumps(row, default=str) + "\n")

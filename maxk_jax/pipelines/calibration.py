@@ -31,7 +31,9 @@ def headroom(result: EvalResult, k: int, *, undecided: tuple[float, float] = UND
 
     Returns ``{"k", "n", "num_problems", "max_at_1", "max_at_k", "pass_at_1", "pass_at_k",
     "undecided_share"}``: dataset means of the unbiased estimators, and the share of problems whose
-    own pass@k lies strictly inside `undecided` (lo, hi). ValueError for k outside [1, n/2] or an
+    own pass@k lies strictly inside `undecided` (lo, hi); plus ``"correct_counts"``: per problem, how
+    many of its n samples pass every test (problem order; what the undecided band is made of).
+    ValueError for k outside [1, n/2] or an
     empty result."""
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= 2 * k <= result.n:
         raise ValueError(f"headroom needs 1 <= k <= n/2 (n={result.n}), got k={k!r}")
@@ -40,13 +42,15 @@ def headroom(result: EvalResult, k: int, *, undecided: tuple[float, float] = UND
         raise ValueError(f"undecided={undecided!r} must satisfy 0 <= lo < hi <= 1")
     if not result.problems:
         raise ValueError("headroom of an evaluation with no problems")
-    per = problem_metrics(*result.matrices(), (1, k))
+    correct, rewards, valid = result.matrices()
+    per = problem_metrics(correct, rewards, valid, (1, k))
     pass_k = per["pass_at_k"][:, 1]
     known = ~np.isnan(pass_k)
     return {"k": k, "n": result.n, "num_problems": int(known.sum()),
             "max_at_1": float(np.nanmean(per["max_at_k"][:, 0])), "max_at_k": float(np.nanmean(per["max_at_k"][:, 1])),
             "pass_at_1": float(np.nanmean(per["pass_at_k"][:, 0])), "pass_at_k": float(np.nanmean(pass_k)),
-            "undecided_share": float(((pass_k[known] > lo) & (pass_k[known] < hi)).mean())}
+            "undecided_share": float(((pass_k[known] > lo) & (pass_k[known] < hi)).mean()),
+            "correct_counts": [int(c) for c in (correct & valid).sum(axis=1)]}
 
 
 def meets_target(stats: dict[str, Any]) -> bool:
@@ -63,7 +67,8 @@ def calibrate_base(cfg: PipelineConfig, k: int, *, progress: bool = True,
     the first ``eval.num_problems`` test problems of the base only. Returns the `headroom` stats at
     `k` plus ``"target_met"``, ``"base"`` (the cached checkpoint), ``"warmup_loss_last50"`` and
     wall seconds of the base build/reuse and of the evaluation. Per-problem results go to
-    `out_dir` when given (`maxk_jax.eval.report` files)."""
+    `out_dir` (`maxk_jax.eval.report` files; default ``<base>/calibration_eval``, which the next
+    point on the same base overwrites)."""
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer
     from maxk_jax.pipelines.base_model import prepare_base, prepare_data

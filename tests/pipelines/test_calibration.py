@@ -20,6 +20,7 @@ def test_headroom_counts_undecided_problems():
     # c = 2 -> 0.767, c = 3 -> 0.9, c = 4 -> 0.962, c >= 9 -> 1
     stats = headroom(_counts_result([0, 1, 2, 3, 4, 16]), 8)
     assert stats["num_problems"] == 6 and stats["n"] == 16 and stats["k"] == 8
+    assert stats["correct_counts"] == [0, 1, 2, 3, 4, 16]
     assert stats["undecided_share"] == pytest.approx(3 / 6)
     assert stats["pass_at_1"] == pytest.approx((0 + 1 + 2 + 3 + 4 + 16) / 16 / 6)
     assert stats["max_at_1"] > stats["pass_at_1"]          # partial credit
