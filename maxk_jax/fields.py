@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 Options = tuple[tuple[str, Any], ...]
@@ -62,3 +62,12 @@ def option_pairs(value: Any, name: str, example: str) -> Options:
     if len({k for k, _ in options}) != len(options):
         raise ValueError(f"{name}={options!r} names an option twice")
     return options
+
+
+def on_path(err: ValueError, path: str, names: Iterable[str]) -> ValueError:
+    """`err` of a composed type that names its own fields bare (``n=0 must ...``) as the error of
+    the config field at `path` (``rollout.sampler.n=0 must ...``); other messages unchanged."""
+    message = str(err)
+    if any(message.startswith((f"{name}=", f"{name} ", f"{name}.")) for name in names):
+        return ValueError(f"{path}.{message}")
+    return err

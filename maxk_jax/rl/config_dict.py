@@ -30,6 +30,7 @@ from typing import Any
 
 from ml_collections import ConfigDict, FieldReference
 
+from maxk_jax.fields import on_path
 from maxk_jax.rl import losses
 from maxk_jax.rl.run_config import SECTION_TYPES, AlgoSettings, RunConfig, loss_form
 
@@ -128,7 +129,10 @@ def build_section(cls: type, values: Mapping[str, Any], section: str,
                                            defaults=getattr(defaults, f.name))
         else:
             kwargs[f.name] = _tuples(value)
-    return dataclasses.replace(defaults, **kwargs)
+    try:
+        return dataclasses.replace(defaults, **kwargs)
+    except ValueError as err:   # a composed type validates itself with bare field names: add the path
+        raise on_path(err, section, names) from err
 
 
 def _resolve_loss(sub: dict[str, Any], estimator: str, context: Mapping[str, Any]) -> dict[str, Any]:

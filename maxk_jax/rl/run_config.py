@@ -26,9 +26,9 @@ from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.rl import losses
 from maxk_jax.rl.rollout import PROMPT_FORMATS
 from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
-                             option_pairs)
+                             on_path, option_pairs)
 from maxk_jax.rl.training import StepConfig, loss_kind
-from maxk_jax.sampling import MIN_PROMPT_BUCKET, SamplerSettings, validate_filters
+from maxk_jax.sampling import MIN_PROMPT_BUCKET, SamplerSettings
 from maxk_jax.sharding import MeshConfig
 
 DTYPES = ("float32", "bfloat16")
@@ -37,15 +37,12 @@ BEHAVIOUR_LOGPROBS = ("trainer", "sampler")   # algo.behaviour_logprobs: where Ï
 
 
 def check_sampler(s: Any, section: str, *, min_new_tokens: int) -> None:
-    """Checks of a section's ``sampler`` (named ``<section>.sampler.<field>``, as on the command line)."""
+    """A section's rules for its ``sampler`` beyond `SamplerSettings`' own validation (which runs in
+    its constructor): the type, and the section's minimum ``max_new_tokens`` (named
+    ``<section>.sampler.max_new_tokens``, as on the command line)."""
     if not isinstance(s, SamplerSettings):
         raise ValueError(f"{section}.sampler={s!r} must be a sampling.SamplerSettings")
-    check_int(s.n, f"{section}.sampler.n")
     check_int(s.max_new_tokens, f"{section}.sampler.max_new_tokens", min_new_tokens)
-    try:
-        validate_filters(s.temperature, s.top_k, s.top_p)
-    except ValueError as err:
-        raise ValueError(f"{section}.sampler.{err}") from err
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -414,5 +411,9 @@ def replace_fields(obj: Any, changes: Mapping[str, Any]) -> Any:
         else:
             direct[head] = value
     for head, sub in nested.items():
-        direct[head] = replace_fields(direct.get(head, getattr(obj, head)), sub)
+        inner = direct.get(head, getattr(obj, head))
+        try:
+            direct[head] = replace_fields(inner, sub)
+        except ValueError as err:
+            raise on_path(err, head, [f.name for f in dataclasses.fields(inner)]) from err
     return dataclasses.replace(obj, **direct)

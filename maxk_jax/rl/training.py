@@ -47,7 +47,6 @@ gradient equals the full-batch gradient.
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -106,19 +105,12 @@ class StepConfig:
             raise ValueError(f"sampler={self.sampler!r} must be a sampling.SamplerSettings")
         if not isinstance(self.loss, losses.LossConfig):
             raise ValueError(f"loss={self.loss!r} must be a losses.LossConfig")
-        s = self.sampler
-        if not is_int(s.n) or s.n < 1:
-            raise ValueError(f"n={s.n!r} must be an int >= 1 (samples per prompt)")
-        if not is_int(self.k) or not 1 <= self.k <= s.n:
-            raise ValueError(f"k={self.k!r} must be an int with 1 <= k <= n={s.n}")
-        if not (isinstance(s.temperature, numbers.Real) and math.isfinite(s.temperature)
-                and s.temperature > 0):
+        s = self.sampler   # validated by its own constructor; training's one extra rule:
+        if not s.temperature > 0:
             raise ValueError(f"temperature={s.temperature!r} must be a finite number > 0 for "
                              "training (greedy sampling has no policy gradient)")
-        if not (isinstance(s.top_p, numbers.Real) and 0 < s.top_p <= 1):
-            raise ValueError(f"top_p={s.top_p!r} must be in (0, 1]")
-        if not is_int(s.top_k) or s.top_k < 0:
-            raise ValueError(f"top_k={s.top_k!r} must be an int >= 0 (0 = off)")
+        if not is_int(self.k) or not 1 <= self.k <= s.n:
+            raise ValueError(f"k={self.k!r} must be an int with 1 <= k <= n={s.n}")
         if not is_int(self.micro_batches) or self.micro_batches < 1:
             raise ValueError(f"micro_batches={self.micro_batches!r} must be an int >= 1")
         if self.logprob_chunk is not None and (not is_int(self.logprob_chunk) or self.logprob_chunk < 1):

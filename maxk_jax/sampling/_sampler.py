@@ -86,6 +86,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from maxk_jax import multihost
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.models import qwen2
+from maxk_jax.fields import check_int
 from maxk_jax.sampling import sampling_logprobs, validate_filters
 
 Params = Any
@@ -102,10 +103,17 @@ class SamplerSettings:
     the train step (whose policy log-probs use the same distribution) all hold one of these."""
 
     n: int  # samples per prompt
-    max_new_tokens: int  # T: token budget per sample
+    max_new_tokens: int  # T: token budget per sample (0 only where a config section reads it as "inherit")
     temperature: float = 1.0  # 0 = greedy
     top_k: int = 0  # 0 = disabled
     top_p: float = 1.0  # 1.0 = disabled
+
+    def __post_init__(self) -> None:
+        """The one validation of sampler settings: ValueError ``<field>=<value> must ...`` (a config
+        section prefixes its path, e.g. ``rollout.sampler.n=0 must ...``)."""
+        check_int(self.n, "n")
+        check_int(self.max_new_tokens, "max_new_tokens", 0)
+        validate_filters(self.temperature, self.top_k, self.top_p)
 
 
 @flax.struct.dataclass
@@ -441,11 +449,10 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
     (0, 1], empty or non-int prompts, out-of-vocabulary ids, prompts longer than
     ``max_position_embeddings - max_new_tokens`` and malformed keys.
     """
-    for name, v in (("n", n), ("max_new_tokens", max_new_tokens),
-                    ("min_prompt_bucket", min_prompt_bucket)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    validate_filters(temperature, top_k, top_p)
+    settings = SamplerSettings(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                               top_p=top_p)   # validates every setting
+    check_int(max_new_tokens, "max_new_tokens")
+    check_int(min_prompt_bucket, "min_prompt_bucket")
     multi = multihost.spans_processes(mesh)
     prompts = _check_prompts(prompts, config, max_new_tokens, allow_empty=multi)
     stop_ids = stop_id_array(eos_id, config.vocab_size)
@@ -453,9 +460,8 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
     if isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral) or not (
             0 <= pad_id < config.vocab_size):
         raise ValueError(f"pad_id must be an int in [0, {config.vocab_size}), got {pad_id!r}")
-    settings = SamplerSettings(n=int(n), max_new_tokens=int(max_new_tokens),
-                               temperature=float(temperature), top_k=int(top_k),
-                               top_p=float(top_p))
+    settings = SamplerSettings(n=int(n), max_new_tokens=int(max_new_tokens), temperature=float(temperature),
+                               top_k=int(top_k), top_p=float(top_p))   # canonical types: one compilation per value
 
     if multi:
         return _generate_host_block(config, params, prompts, key, settings, stop_ids, int(pad_id), mesh,

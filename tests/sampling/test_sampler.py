@@ -392,9 +392,9 @@ def test_prompt_batch_bucket_steps_of_eight_and_shards():
 
 
 @pytest.mark.parametrize("change,match", [
-    (dict(n=0), "n must be"),
-    (dict(n=2.0), "n must be"),
-    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(n=0), "n=0 must be an int >= 1"),
+    (dict(n=2.0), "n=2.0 must be an int >= 1"),
+    (dict(max_new_tokens=0), "max_new_tokens=0 must be an int >= 1"),
     (dict(temperature=-1.0), "temperature"),
     (dict(top_p=0.0), "top_p"),
     (dict(top_p=1.01), "top_p"),
