@@ -147,7 +147,7 @@ def _check_flags() -> None:
     leaves no run_config.json behind that would refuse the corrected re-run)."""
     from maxk_jax.data.loaders import parse_options_json
     from maxk_jax.eval.run import check_ks
-    from maxk_jax.sampling import validate_filters
+    from maxk_jax.sampling import SamplerSettings
 
     if bool(FLAGS.dataset) == bool(FLAGS.problems):
         raise app.UsageError("give exactly one of --dataset and --problems")
@@ -156,7 +156,8 @@ def _check_flags() -> None:
             raise app.UsageError(f"--{name} must be >= {minimum}, got {getattr(FLAGS, name)}")
     if FLAGS.step is not None and FLAGS.step < 0:
         raise app.UsageError(f"--step must be >= 0, got {FLAGS.step}")
-    checks = (("", lambda: validate_filters(FLAGS.temperature, FLAGS.top_k, FLAGS.top_p)),
+    checks = (("", lambda: SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature,
+                                           top_k=FLAGS.top_k, top_p=FLAGS.top_p)),
               ("--ks", lambda: check_ks(_int_list(FLAGS.ks, "ks"), FLAGS.n) if FLAGS.ks else None),
               ("--options", lambda: parse_options_json(FLAGS.options) if FLAGS.dataset else None))
     for flag, check in checks:
@@ -221,7 +222,7 @@ def _prompt_settings(run_config: dict[str, Any]) -> dict[str, Any]:
 
 def _check_context(problems: list, tokenizer: Any, model_config: Any, prompt: dict[str, Any]) -> None:
     """Every prompt plus --max_new_tokens fits the model's context (before anything is written)."""
-    from maxk_jax.rl.rollout import encode_problems
+    from maxk_jax.data.prompts import encode_problems
 
     render = {k: v for k, v in prompt.items() if k != "prompt_format"}
     ids, _ = encode_problems(problems, tokenizer, prompt["prompt_format"], render)
@@ -258,11 +259,10 @@ def main(argv: list[str]) -> None:
     from maxk_jax import multihost, sharding
     from maxk_jax.eval import report as eval_report
     from maxk_jax.eval.checkpoint import generation_eos_ids, load_model, resolve_dtype
-    from maxk_jax.eval.run import ModelCompletionSource, check_ks, default_eos_ids, default_ks, run_evaluation
+    from maxk_jax.eval.run import EvalOptions, check_ks, default_ks, evaluate
     from maxk_jax.execution import make_executor
     from maxk_jax.models.tokenizer import load_tokenizer
-    from maxk_jax.rl.rollout import PromptCompletionSource, RolloutSettings
-    from maxk_jax.sampling import SamplerSettings
+    from maxk_jax.sampling import Sampler, SamplerSettings, default_eos_ids
     from maxk_jax.sampling.rollout_copy import RolloutLayout
 
     kwargs = ({"coordinator_address": FLAGS.coordinator_address, "num_processes": FLAGS.num_processes,
@@ -288,20 +288,11 @@ def main(argv: list[str]) -> None:
         layout = RolloutLayout.create(model.config, mesh)
         params, mesh = layout.copy(params), layout.mesh
         model = dataclasses.replace(model, params=None)
-    if render_kwargs["prompt_format"] == "statement":   # the training side's source (maxk_jax.rl.rollout)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model.config.pad_token_id or 0)
-        settings = RolloutSettings(
-            sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature,
-                                    top_k=FLAGS.top_k, top_p=FLAGS.top_p),
-            eos_ids=tuple(eos), pad_id=int(pad), prompt_format="statement")
-        source = PromptCompletionSource(model.config, params, tokenizer, settings, mesh)
-    else:
-        generate_kwargs = {"mesh": mesh}
-        source = ModelCompletionSource(model.config, params, tokenizer, max_new_tokens=FLAGS.max_new_tokens,
-                                       temperature=FLAGS.temperature, top_p=FLAGS.top_p, top_k=FLAGS.top_k,
-                                       eos_id=eos, render_kwargs={k: v for k, v in render_kwargs.items()
-                                                                  if k != "prompt_format"},
-                                       generate_kwargs=generate_kwargs)
+    settings = SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature,
+                               top_k=FLAGS.top_k, top_p=FLAGS.top_p)
+    sampler = Sampler.create(model.config, params, tokenizer, settings, mesh=mesh, eos_ids=eos,
+                             prompt_format=render_kwargs["prompt_format"],
+                             render_kwargs={k: v for k, v in render_kwargs.items() if k != "prompt_format"})
     out_dir = os.path.abspath(FLAGS.out_dir)
     run_name = FLAGS.run_name or os.path.basename(out_dir)
     ids = "\n".join(p.id for p in problems).encode("utf-8")
@@ -323,11 +314,11 @@ def main(argv: list[str]) -> None:
         done = []
     with make_executor(FLAGS.executor) as executor, \
             (eval_report.ResultLog(jsonl) if lead else contextlib.nullcontext()) as log:
-        result = run_evaluation(problems, source, executor=executor, n=FLAGS.n, key=jax.random.key(FLAGS.seed),
-                                ks=ks, batch_size=FLAGS.batch_size, sandbox_retries=FLAGS.sandbox_retries,
-                                fail_on_excluded=FLAGS.fail_on_excluded, keep_completions=FLAGS.keep_completions,
-                                done=done, on_result=log.append if lead else None, config=config,
-                                progress=FLAGS.progress and lead, host=multihost.batch_block(mesh))
+        options = EvalOptions(ks=tuple(ks), batch_size=FLAGS.batch_size, sandbox_retries=FLAGS.sandbox_retries,
+                              fail_on_excluded=FLAGS.fail_on_excluded, keep_completions=FLAGS.keep_completions,
+                              progress=FLAGS.progress and lead, host=multihost.batch_block(mesh))
+        result = evaluate(sampler, problems, executor=executor, key=jax.random.key(FLAGS.seed), options=options,
+                          done=done, on_result=log.append if lead else None, run_config=config)
     if not lead:
         return
     totals = result.totals()

@@ -24,6 +24,7 @@ import numpy as np
 from maxk_jax.data.extract import extract_code
 from maxk_jax.data.problem import Problem
 from maxk_jax.execution import Executor
+from maxk_jax.sampling.sampler import ProblemSamples
 
 STATUSES = ("ok", "sandbox_error", "invalid")
 
@@ -159,6 +160,12 @@ class Completions:
             object.__setattr__(self, "lengths", tuple(int(x) for x in self.lengths))
             if len(self.lengths) != len(self.texts):
                 raise ValueError(f"Completions has {len(self.texts)} texts but {len(self.lengths)} lengths")
+
+    @classmethod
+    def of_samples(cls, samples: ProblemSamples) -> list[Completions]:
+        """One `Completions` per problem of a `maxk_jax.sampling.Sampler.sample` result [P]."""
+        return [cls(texts, tuple(int(x) for x in samples.lengths[i]), samples.inside_block[i])
+                for i, texts in enumerate(samples.texts)]
 
     def concat(self, other: Completions) -> Completions:
         """This problem's completions followed by `other`'s (sample chunks of one problem)."""

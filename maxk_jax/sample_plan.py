@@ -18,7 +18,6 @@ replicated over data/fsdp, tensor-parallel over ``tensor``).
 """
 from __future__ import annotations
 
-import math
 import re
 import time
 from typing import Any

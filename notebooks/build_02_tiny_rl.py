@@ -43,7 +43,7 @@ from maxk_jax.rl import training
 from maxk_jax.rl import warmup
 from maxk_jax.data import synthetic
 from maxk_jax.eval.compare import compare_runs
-from maxk_jax.eval.run import run_evaluation
+from maxk_jax.eval.run import EvalOptions, evaluate
 from maxk_jax.execution import make_executor
 from maxk_jax.models import convert, qwen2, tiny
 from maxk_jax.models.tokenizer import load_tokenizer
@@ -130,16 +130,17 @@ plt.xlabel("step"); plt.ylabel("completion NLL"); plt.title("warm-up"); plt.show
 md(r"""
 ## 4. One rollout: sample, extract, judge
 
-`rollout.collect` samples n completions per prompt with one shared-prefix prefill
-(`maxk_jax.sampling.generate`, behaviour log-probs of the distribution actually sampled from),
+`rollout.collect` samples n completions per prompt with a `sampling.Sampler` (model config, weights,
+tokenizer, settings and prompt format held together; one shared-prefix prefill per prompt in
+`maxk_jax.sampling.generate`, behaviour log-probs of the distribution actually sampled from),
 judges the extracted programs in the sandbox and packs the training batch.
 """)
 
 code(r"""
-sampler = sampling.SamplerSettings(n=8, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0)
-settings = rollout.RolloutSettings(sampler=sampler, eos_ids=(tok.eos_token_id,), pad_id=tok.pad_token_id,
-                                   prompt_format="statement")
-ro = rollout.collect(config, base_params, tok, test[:4], executor, settings, jax.random.key(1))
+settings = sampling.SamplerSettings(n=8, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0)
+sampler = sampling.Sampler.create(config, base_params, tok, settings, eos_ids=(tok.eos_token_id,),
+                                  prompt_format="statement")
+ro = rollout.collect(sampler, test[:4], executor, jax.random.key(1))
 print("problem 0:", test[0].prompt)
 print("sample 0:\n" + ro.texts[0][0])
 print("\nrewards [4 problems x 8 samples]:\n", np.round(ro.rewards, 2))
@@ -178,14 +179,14 @@ loss, never multiplied by the PPO ratio again).
 """)
 
 code(r"""
-step_cfg = training.StepConfig(estimator="maxk_offpolicy", k=4, sampler=sampler)   # no KL term
+step_cfg = training.StepConfig(estimator="maxk_offpolicy", k=4, sampler=settings)   # no KL term
 rl_steps, ppo_iterations = 4, 3
 tx, _ = training.make_optimizer(3e-4, total_steps=rl_steps * ppo_iterations)
 mesh = sharding.make_mesh(data=-1)
 state, shardings = training.create_train_state(config, base_params, tx, mesh)
 train_step = training.make_train_step(config, step_cfg, tx, mesh, shardings)
 for s in range(rl_steps):
-    ro = rollout.collect(config, state.params, tok, train[8 * s: 8 * s + 8], executor, settings,
+    ro = rollout.collect(sampler.replace(params=state.params), train[8 * s: 8 * s + 8], executor,
                          jax.random.key(100 + s))
     batch = sharding.shard_batch(ro.batch, mesh)
     for _ in range(ppo_iterations):
@@ -204,12 +205,10 @@ this few RL steps the difference is noise -- the point is the machinery.
 """)
 
 code(r"""
-eval_settings = dataclasses.replace(settings, sampler=dataclasses.replace(sampler, n=16))
-runs = []
-for name, p in (("base", base_params), ("trained", state.params)):
-    source = rollout.PromptCompletionSource(config, p, tok, eval_settings)
-    runs.append(run_evaluation(test, source, executor=executor, n=16, key=jax.random.key(7),
-                               batch_size=128, progress=False))
+eval_sampler = sampler.replace(settings=dataclasses.replace(settings, n=16))
+options = EvalOptions(batch_size=128, progress=False)
+runs = [evaluate(eval_sampler.replace(params=p), test, executor=executor, key=jax.random.key(7), options=options)
+        for p in (base_params, state.params)]
 comparison = compare_runs(runs, ["base", "trained"])
 ks = comparison["ks"]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))

@@ -219,7 +219,7 @@ class _FakeJudge:
 
 
 def test_evaluation_splits_every_group_across_hosts_and_calls_the_source_on_every_host():
-    from maxk_jax.eval.run import StaticCompletionSource, run_evaluation
+    from maxk_jax.eval.run import EvalOptions, StaticCompletionSource, run_evaluation
 
     problems = [echo_problem(i) for i in range(5)]
     texts = {p.id: ["```python\nprint(input())\n```", f"```python\nprint({i})\n```"]
@@ -234,8 +234,7 @@ def test_evaluation_splits_every_group_across_hosts_and_calls_the_source_on_ever
             return static(batch, keys, first)
 
         judge = JudgeCounter(_FakeJudge())
-        result = run_evaluation(problems, source, executor=judge, n=2, key=jax.random.key(0), batch_size=4,
-                                progress=False, host=host)
+        result = run_evaluation(problems, source, executor=judge, n=2, key=jax.random.key(0), options=EvalOptions(batch_size=4, progress=False, host=host))
         return {r.index: r.to_json() for r in result.problems}, calls, judge.count
 
     whole, whole_calls, whole_judged = run((0, 1))
@@ -259,7 +258,7 @@ def test_samples_of_a_problem_are_split_across_hosts_when_n_exceeds_the_batch(mo
     import threading
 
     from maxk_jax import multihost
-    from maxk_jax.eval.run import StaticCompletionSource, run_evaluation
+    from maxk_jax.eval.run import EvalOptions, StaticCompletionSource, run_evaluation
 
     problems = [echo_problem(i) for i in range(3)]
     texts = {p.id: [f"```python\nprint({j})\n```" if j % 2 else "```python\nprint(input())\n```"
@@ -285,8 +284,7 @@ def test_samples_of_a_problem_are_split_across_hosts_when_n_exceeds_the_batch(mo
             return static(batch, keys, first)
 
         judge = JudgeCounter(_FakeJudge())
-        result = run_evaluation(problems, source, executor=judge, n=5, key=jax.random.key(0), batch_size=2,
-                                progress=False, host=(index, count))
+        result = run_evaluation(problems, source, executor=judge, n=5, key=jax.random.key(0), options=EvalOptions(batch_size=2, progress=False, host=(index, count)))
         out[index] = ({r.index: r.to_json() for r in result.problems}, calls, judge.count)
 
     whole = {}

@@ -15,7 +15,7 @@ Rendering (`render_prompt`):
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from maxk_jax.data.problem import AssertTests, FunctionTests, Problem
@@ -151,6 +151,27 @@ def encode_prompts(problems: Sequence[Problem], tokenizer: Tokenizer, **render_k
         special = not (render_kwargs.get("chat") is not False and has_chat_template(tokenizer))
         out.append(list(tokenizer(text, add_special_tokens=special)["input_ids"]))
     return out
+
+
+PROMPT_FORMATS = ("full", "statement")
+
+
+def encode_problems(problems: Sequence[Problem], tokenizer: Tokenizer, prompt_format: str = "full",
+                    render_kwargs: Mapping[str, Any] | None = None) -> tuple[list[list[int]], list[bool]]:
+    """Prompt token ids of each problem [P][Tp_i] and whether its completion starts inside a code
+    fence [P] (the one place a prompt format is turned into tokens).
+
+    "full": `render_prompt` / `encode_prompts` (system prompt, instructions, answer format;
+    ``render_kwargs`` such as chat / system_prompt).  "statement": the chat template around the
+    bare statement (`chat_prompt_ids`), the format the tiny synthetic runs warm up on.
+    """
+    if prompt_format == "statement":
+        return [chat_prompt_ids(tokenizer, p.prompt) for p in problems], [False] * len(problems)
+    if prompt_format != "full":
+        raise ValueError(f"prompt_format={prompt_format!r} is not one of {PROMPT_FORMATS}")
+    render = dict(render_kwargs or {})
+    inside = [prompt_opens_code_block(render_prompt(p, tokenizer, **render)) for p in problems]
+    return encode_prompts(problems, tokenizer, **render), inside
 
 
 def make_token_counter(tokenizer: Tokenizer) -> Callable[[str], int]:

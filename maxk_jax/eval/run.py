@@ -2,15 +2,15 @@
 
 Library entry points (no files)::
 
-    result = evaluate_problems(config, params, tokenizer, problems, executor=ex, n=256,
-                               max_new_tokens=256, key=jax.random.key(0))
+    sampler = Sampler.create(config, params, tokenizer, SamplerSettings(n=256, max_new_tokens=256))
+    result = evaluate(sampler, problems, executor=ex, key=jax.random.key(0))
     result.means()            # {"pass_at_k": {1: ..., 2: ...}, "max_at_k": {...}, ...}
     maxk_jax.eval.report.write_report(result, out_dir)     # JSONL + summary JSON + table + PNG
 
 `run_evaluation(problems, source, ...)` is the same loop with an injectable *completion source*
 (``source(problems, keys [P, m], first_sample) -> [Completions of m texts] * P``):
-`ModelCompletionSource` samples with `maxk_jax.sampling.generate`; `StaticCompletionSource`
-replays given texts (judge completions produced elsewhere, or canonical solutions in tests).
+`SamplerCompletionSource` samples with a `maxk_jax.sampling.Sampler` (what `evaluate` uses);
+`StaticCompletionSource` replays given texts (judge completions produced elsewhere, or canonical solutions in tests).
 
 Rewards (paper §2 / App. C.1): the judge returns, per completion, ``passed`` of ``total`` tests.
 max@k uses the continuous reward ``passed / total``; pass@k uses the binary reward "all tests
@@ -46,12 +46,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from maxk_jax.data.problem import Problem
-from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, render_prompt
 from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.eval.result import EvalResult, ProblemResult
 from maxk_jax.judging import Completions, judge_completions
 from maxk_jax.execution import Executor
-from maxk_jax.models.tokenizer_protocol import Tokenizer
+from maxk_jax.sampling.sampler import Sampler
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -200,66 +205,20 @@ class StaticCompletionSource:
         return out
 
 
-def default_eos_ids(config: Any, tokenizer: Tokenizer, extra: Iterable[int] = ()) -> list[int]:
-    """Stop ids: the tokenizer's eos token, the model config's eos id(s) and `extra` (e.g. the
-    ``eos_token_id`` of a checkpoint's generation_config.json), sorted and unique."""
-    ids = {int(e) for e in extra}
-    for value in (getattr(tokenizer, "eos_token_id", None), getattr(config, "eos_token_id", None)):
-        if isinstance(value, (list, tuple)):
-            ids.update(int(v) for v in value)
-        elif value is not None:
-            ids.add(int(value))
-    if not ids:
-        raise ValueError("neither the tokenizer nor the model config defines an eos token; pass eos_id")
-    return sorted(ids)
+class SamplerCompletionSource:
+    """A `maxk_jax.sampling.Sampler` as a completion source: one ``sampler.sample`` call per source
+    call (the sampler's prompt format, settings, stop / pad ids and mesh); the RL rollout samples
+    through the same ``Sampler.sample``."""
 
-
-class ModelCompletionSource:
-    """Samples completions with `maxk_jax.sampling.generate` from a Qwen2 config + params.
-
-    Prompts are rendered with `render_prompt(problem, tokenizer, **render_kwargs)` and encoded
-    with `encode_prompts`; generated tokens [P, m, T] are cut at ``lengths`` [P, m] and decoded
-    with special tokens removed. `eos_id` (int or list) defaults to `default_eos_ids`.
-    `generate_kwargs` go to generate (e.g. ``mesh``); `generate_fn` replaces it (same signature).
-    """
-
-    def __init__(self, config: Any, params: Any, tokenizer: Tokenizer, *, max_new_tokens: int,
-                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 eos_id: Optional[int | Sequence[int]] = None, render_kwargs: Optional[Mapping[str, Any]] = None,
-                 generate_kwargs: Optional[Mapping[str, Any]] = None, generate_fn: Optional[Callable] = None):
-        self.config, self.params, self.tokenizer = config, params, tokenizer
-        self.max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
-        from maxk_jax.sampling import validate_filters
-
-        validate_filters(temperature, top_k, top_p)   # fail at construction, not at the first sample
-        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
-        self.eos_id = default_eos_ids(config, tokenizer) if eos_id is None else eos_id
-        self.render_kwargs = dict(render_kwargs or {})
-        self.generate_kwargs = dict(generate_kwargs or {})
-        if generate_fn is None:
-            from maxk_jax.sampling import generate as generate_fn
-        self.generate_fn = generate_fn
+    def __init__(self, sampler: Sampler):
+        if not isinstance(sampler, Sampler):
+            raise ValueError(f"SamplerCompletionSource needs a sampling.Sampler, got {type(sampler).__name__}")
+        self.sampler = sampler
 
     def __call__(self, problems: Sequence[Problem], keys: jax.Array, first_sample: int) -> list[Completions]:
-        """Sample ``keys.shape[1]`` completions of each problem in one sampler call."""
-        del first_sample  # the keys already identify the samples
-        m = int(keys.shape[1])
-        texts = [render_prompt(p, self.tokenizer, **self.render_kwargs) for p in problems]
-        prompts = encode_prompts(problems, self.tokenizer, **self.render_kwargs)
-        out = self.generate_fn(self.config, self.params, prompts, n=m, max_new_tokens=self.max_new_tokens,
-                               key=keys, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                               eos_id=self.eos_id, **self.generate_kwargs)
-        tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
-        if tokens.shape[:2] != (len(problems), m) or lengths.shape != (len(problems), m):
-            raise ValueError(f"sampler returned tokens {tokens.shape} / lengths {lengths.shape}, "
-                             f"expected [{len(problems)}, {m}, T] / [{len(problems)}, {m}]")
-        result = []
-        for i, text in enumerate(texts):
-            seqs = [tokens[i, j, :int(lengths[i, j])].tolist() for j in range(m)]
-            decoded = self.tokenizer.batch_decode(seqs, skip_special_tokens=True)
-            result.append(Completions(tuple(decoded), tuple(int(x) for x in lengths[i]),
-                                      prompt_opens_code_block(text)))
-        return result
+        """``keys.shape[1]`` completions of each problem with the given per-sample keys [P, m]."""
+        del first_sample  # the keys identify the samples
+        return Completions.of_samples(self.sampler.sample(problems, keys))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -330,12 +289,37 @@ def _check_done(done: Iterable[ProblemResult], problems: Sequence[Problem], n: i
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+    """How an evaluation runs (not what is sampled): ``ks`` (None = `default_ks`), ``batch_size``
+    completions per sampler call on each host, ``sandbox_retries`` re-judgings of a sandbox error,
+    ``fail_on_excluded`` (raise instead of excluding a sample that cannot be judged),
+    ``keep_completions`` (texts and verdicts in each `ProblemResult`), ``progress`` (tqdm bar) and
+    ``host`` = (index, count) of a multi-host run (``multihost.batch_block(mesh)``)."""
+
+    ks: Optional[tuple[int, ...]] = None
+    batch_size: int = 64
+    sandbox_retries: int = 2
+    fail_on_excluded: bool = False
+    keep_completions: bool = False
+    progress: bool = True
+    host: tuple[int, int] = (0, 1)
+
+    def __post_init__(self) -> None:
+        if self.ks is not None:
+            object.__setattr__(self, "ks", tuple(self.ks))
+        _positive_int(self.batch_size, "batch_size")
+        if isinstance(self.sandbox_retries, bool) or not isinstance(self.sandbox_retries, int) or self.sandbox_retries < 0:
+            raise ValueError(f"sandbox_retries={self.sandbox_retries!r} must be an int >= 0")
+        index, count = self.host
+        if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
+            raise ValueError(f"host must be (index, count) with 0 <= index < count, got {self.host!r}")
+
+
 def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, executor: Executor, n: int,
-                   key: jax.Array, ks: Optional[Sequence[int]] = None, batch_size: int = 64,
-                   sandbox_retries: int = 2, fail_on_excluded: bool = False, keep_completions: bool = False,
-                   done: Iterable[ProblemResult] = (), on_result: Optional[Callable[[ProblemResult], None]] = None,
-                   config: Optional[Mapping[str, Any]] = None, progress: bool = True,
-                   host: tuple[int, int] = (0, 1)) -> EvalResult:
+                   key: jax.Array, options: EvalOptions = EvalOptions(), done: Iterable[ProblemResult] = (),
+                   on_result: Optional[Callable[[ProblemResult], None]] = None,
+                   config: Optional[Mapping[str, Any]] = None) -> EvalResult:
     """Sample `n` completions per problem from `source`, judge them, and collect the results.
 
     Problems are processed in order, in the fixed groups of `plan_groups(len(problems), n,
@@ -346,7 +330,10 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     index order (the CLI appends it to the JSONL). Raises RuntimeError on excluded samples when
     `fail_on_excluded`. Returns the `EvalResult` of all problems (done + new).
 
-    Multi-host (``host = (index, count)``, e.g. ``multihost.batch_block(mesh)``; every process
+    `options` (`EvalOptions`): ks, batch_size, sandbox_retries, fail_on_excluded,
+    keep_completions, progress, host.
+
+    Multi-host (``options.host = (index, count)``, e.g. ``multihost.batch_block(mesh)``; every process
     calls this at the same time with the same arguments): `batch_size` is per host and the work
     of each group is split by `host_calls` -- its problems into `count` contiguous parts, or,
     when n > batch_size, the samples of its one problem (gathered afterwards; problem i is judged
@@ -367,19 +354,20 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
         raise ValueError("problem ids are not unique")
     if not isinstance(key, jax.Array):
         raise ValueError(f"key must be a jax PRNG key array (jax.random.key(seed)), got {type(key).__name__}")
+    if not isinstance(options, EvalOptions):
+        raise ValueError(f"options must be an EvalOptions, got {type(options).__name__}")
     n = _positive_int(n, "n")
-    ks = check_ks(default_ks(n) if ks is None else ks, n)
-    index, count = host
-    if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
-        raise ValueError(f"host must be (index, count) with 0 <= index < count, got {host!r}")
+    ks = check_ks(default_ks(n) if options.ks is None else options.ks, n)
+    index, count = options.host
+    batch_size, fail_on_excluded, keep_completions = options.batch_size, options.fail_on_excluded, options.keep_completions
     if count > 1:   # every host resumes from process 0's finished results
         from maxk_jax.multihost import broadcast_object
 
         done = [ProblemResult.from_json(r) for r in broadcast_object([r.to_json() for r in done])]
     finished = _check_done(done, problems, n, keep_completions)
     groups = plan_groups(len(problems), n, batch_size, count)
-    bar = tqdm(total=len(problems), initial=len(finished), desc="evaluate", unit="problem", disable=not progress)
-    judge_kw = dict(sandbox_retries=sandbox_retries, keep_completions=keep_completions)
+    bar = tqdm(total=len(problems), initial=len(finished), desc="evaluate", unit="problem", disable=not options.progress)
+    judge_kw = dict(sandbox_retries=options.sandbox_retries, keep_completions=keep_completions)
     reward_sum = [sum(x for r in finished.values() for x in r.rewards if x is not None),
                   sum(r.n for r in finished.values())]
 
@@ -430,39 +418,25 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     return EvalResult(tuple(finished.values()), n, ks, dict(config or {}))
 
 
-def evaluate_problems(config: Any, params: Any, tokenizer: Tokenizer, problems: Sequence[Problem], *, executor: Executor,
-                      n: int, max_new_tokens: int, key: jax.Array, ks: Optional[Sequence[int]] = None,
-                      temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                      eos_id: Optional[int | Sequence[int]] = None, batch_size: int = 64, render_kwargs: Optional[Mapping[str, Any]] = None,
-                      sandbox_retries: int = 2, fail_on_excluded: bool = False, keep_completions: bool = False,
-                      progress: bool = True, generate_kwargs: Optional[Mapping[str, Any]] = None,
-                      generate_fn: Optional[Callable] = None,
-                      run_config: Optional[Mapping[str, Any]] = None,
-                      host: tuple[int, int] = (0, 1)) -> EvalResult:
-    """Evaluate a Qwen2 model (`config`, `params`) on `problems`: `n` samples per problem, judged
-    by `executor`, pass@k / max@k for `ks` (default 1, 2, 4, ..., n). No files are written
-    (`maxk_jax.eval.report.write_report` does that). For periodic evaluation in training.
+def evaluate(sampler: Sampler, problems: Sequence[Problem], *, executor: Executor, key: jax.Array,
+             options: EvalOptions = EvalOptions(), done: Iterable[ProblemResult] = (),
+             on_result: Optional[Callable[[ProblemResult], None]] = None,
+             run_config: Optional[Mapping[str, Any]] = None) -> EvalResult:
+    """The evaluation entry point: ``sampler.settings.n`` samples per problem from `sampler` (its
+    weights, settings, prompt format, mesh), judged by `executor`, pass@k / max@k for
+    ``options.ks`` (default 1, 2, 4, ..., n/2). No files are written
+    (`maxk_jax.eval.report.write_report` does that). The RL loop's periodic evaluation, the
+    pipelines' evaluations and experiments/evaluate.py all call this.
 
     `key` is the root key of `problem_sample_keys`. The returned `EvalResult.config` records the
-    sampling settings (plus `run_config`; everything in it must be JSON). `host`: see
-    `run_evaluation` (multi-host: pass ``multihost.batch_block(mesh)`` and the mesh in
-    `generate_kwargs`).
+    sampling settings (plus `run_config`; everything in it must be JSON). `done` / `on_result`:
+    see `run_evaluation`; multi-host: ``options.host = multihost.batch_block(sampler.mesh)``.
     """
-    source = ModelCompletionSource(config, params, tokenizer, max_new_tokens=max_new_tokens,
-                                   temperature=temperature, top_p=top_p, top_k=top_k, eos_id=eos_id,
-                                   render_kwargs=render_kwargs, generate_kwargs=generate_kwargs,
-                                   generate_fn=generate_fn)
-    eos = source.eos_id if isinstance(source.eos_id, (int, np.integer)) else [int(e) for e in source.eos_id]
-    settings = {"n": n, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
-                "top_k": top_k, "eos_id": eos, "batch_size": batch_size,
-                "render_kwargs": dict(render_kwargs or {}), "sandbox_retries": sandbox_retries}
-    return run_evaluation(problems, source, executor=executor, n=n, key=key, ks=ks, batch_size=batch_size,
-                          sandbox_retries=sandbox_retries, fail_on_excluded=fail_on_excluded,
-                          keep_completions=keep_completions, config={**settings, **dict(run_config or {})},
-                          progress=progress, host=host)
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
+    s = sampler.settings
+    settings = {"n": s.n, "max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
+                "top_k": s.top_k, "eos_id": list(sampler.eos_ids), "batch_size": options.batch_size,
+                "render_kwargs": {**dict(sampler.render_kwargs), "prompt_format": sampler.prompt_format},
+                "sandbox_retries": options.sandbox_retries}
+    return run_evaluation(problems, SamplerCompletionSource(sampler), executor=executor, n=s.n, key=key,
+                          options=options, done=done, on_result=on_result,
+                          config={**settings, **dict(run_config or {})})

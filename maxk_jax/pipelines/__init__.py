@@ -22,7 +22,7 @@ from maxk_jax.pipelines.config import (PipelineConfig, PipelineData, PipelineEva
                                        shortcut_overrides, synthetic_config, toy_config, uses_judge_cache,
                                        validate_config, warmup_config)
 from maxk_jax.pipelines.config_dict import from_config_dict, section_dict, to_config_dict
-from maxk_jax.pipelines.evaluation import eval_problems, eval_settings, evaluate_model, load_trained, open_judge
+from maxk_jax.pipelines.evaluation import eval_problems, eval_sampler, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.methods import (REFERENCE, TABLE2_METHODS, VARIANTS, MethodEntry, MethodSpec,
                                         MethodTable, apply_method, method_spec, validate_methods)
 from maxk_jax.pipelines.phases import PhaseTimer, lead_first, write_json
@@ -33,7 +33,7 @@ __all__ = [
     "MethodSpec", "MethodTable", "PhaseTimer", "PipelineConfig", "PipelineData", "PipelineEval",
     "TinyModelSettings", "TokenizerSettings", "WarmupPhase", "aggregate", "apply_method", "apply_overrides",
     "base_key", "base_settings", "build_base", "check_estimator", "comparison_settings", "default_config", "distributed_settings",
-    "eval_problems", "eval_settings", "evaluate_model", "from_config_dict", "lead_first", "load_trained",
+    "eval_problems", "eval_sampler", "evaluate_model", "from_config_dict", "lead_first", "load_trained",
     "method_spec", "open_judge", "plot_frontier", "plot_max_at_k", "prepare_base", "prepare_data",
     "report_markdown", "results_markdown", "rl_config", "rl_defaults", "rl_run_config", "run_comparison",
     "run_pipeline", "section_dict", "settings_hash", "shortcut_overrides", "synthetic_config",

@@ -72,7 +72,7 @@ def calibrate_base(cfg: PipelineConfig, k: int, *, progress: bool = True,
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer
     from maxk_jax.pipelines.base_model import prepare_base, prepare_data
-    from maxk_jax.pipelines.evaluation import eval_problems, evaluate_model, open_judge
+    from maxk_jax.pipelines.evaluation import eval_problems, eval_sampler, evaluate_model, open_judge
 
     if cfg.data.dataset != "synthetic" or cfg.model.path:
         raise ValueError("calibration builds the tiny base on the synthetic family: data.dataset must be "
@@ -90,7 +90,7 @@ def calibrate_base(cfg: PipelineConfig, k: int, *, progress: bool = True,
     judge, own = open_judge(cfg)
     start = time.perf_counter()
     try:
-        result = evaluate_model(cfg, model_config, params, tokenizer, problems, judge,
+        result = evaluate_model(cfg, eval_sampler(cfg, model_config, params, tokenizer), problems, judge,
                                 out_dir or os.path.join(model_path, "calibration_eval"), "base",
                                 progress=progress, ks=(1, k))
     finally:

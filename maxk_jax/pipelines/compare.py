@@ -25,7 +25,7 @@ from maxk_jax.pipelines.base_model import prepare_base, prepare_data
 from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
 from maxk_jax.pipelines.config import PipelineConfig, rl_config, uses_judge_cache
 from maxk_jax.pipelines.config_dict import to_config_dict
-from maxk_jax.pipelines.evaluation import eval_problems, evaluate_model, load_trained, open_judge
+from maxk_jax.pipelines.evaluation import eval_problems, eval_sampler, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.methods import REFERENCE, MethodTable, apply_method, validate_methods
 from maxk_jax.pipelines.phases import PhaseTimer, write_json
 
@@ -266,12 +266,13 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
         tokenizer = load_tokenizer(model_path)
         model_config, base_params = convert.load_hf(model_path)
         problems = eval_problems(cfg, test, tokenizer)
+        sampler = eval_sampler(cfg, model_config, None, tokenizer)
 
         def evaluated(directory: str, params_fn: Callable[[], Any], label: str) -> EvalResult:
             if os.path.isfile(os.path.join(directory, "summary.json")):
                 return read_report(directory)[0]
             return timer.run(f"eval {label}", lambda: evaluate_model(
-                cfg, model_config, params_fn(), tokenizer, problems, judge, directory, label, progress=progress,
+                cfg, sampler.replace(params=params_fn()), problems, judge, directory, label, progress=progress,
                 ks=tuple(range(1, top + 1))))
 
         base = evaluated(os.path.join(out_dir, "base"), lambda: base_params, "base")

@@ -14,12 +14,12 @@ from maxk_jax.data.problem import Problem
 from maxk_jax.execution import CachingExecutor, Executor
 from maxk_jax.pipelines.config import PipelineConfig, uses_judge_cache
 from maxk_jax.models.tokenizer_protocol import Tokenizer
+from maxk_jax.sampling.sampler import Sampler
 
 if TYPE_CHECKING:
     from maxk_jax.eval.checkpoint import LoadedModel
     from maxk_jax.eval.result import EvalResult
     from maxk_jax.models.qwen2 import Qwen2Config
-    from maxk_jax.rl.rollout import RolloutSettings
 
 
 def open_judge(cfg: PipelineConfig, executor: Optional[Executor] = None) -> tuple[Executor, bool]:
@@ -51,41 +51,29 @@ def eval_problems(cfg: PipelineConfig, test: Optional[Sequence[Problem]], tokeni
     return problems[:cfg.eval.num_problems]
 
 
-def eval_settings(cfg: PipelineConfig, model_config: Qwen2Config, tokenizer: Tokenizer) -> RolloutSettings:
-    """`maxk_jax.rl.rollout.RolloutSettings` of the evaluation (``cfg.eval.sampler``; prompt
-    format as in RL: bare statements for the tiny model, full prompts for a HF checkpoint)."""
-    from maxk_jax.eval.run import default_eos_ids
-    from maxk_jax.rl.rollout import RolloutSettings
-
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model_config.pad_token_id or 0)
+def eval_sampler(cfg: PipelineConfig, model_config: Qwen2Config, params: Any, tokenizer: Tokenizer,
+                 mesh: Optional[jax.sharding.Mesh] = None) -> Sampler:
+    """The `maxk_jax.sampling.Sampler` of the evaluation: ``cfg.eval.sampler`` settings, the default
+    stop and pad ids, the prompt format as in RL (bare statements for the tiny model, full prompts
+    for a HF checkpoint), `params` on `mesh` (multi-host: the problems are split across hosts)."""
     fmt = "statement" if (cfg.data.dataset == "synthetic" and not cfg.model.path) else "full"
-    return RolloutSettings(sampler=cfg.eval.sampler, eos_ids=tuple(default_eos_ids(model_config, tokenizer)), pad_id=int(pad),
-                           prompt_format=fmt)
+    return Sampler.create(model_config, params, tokenizer, cfg.eval.sampler, mesh=mesh, prompt_format=fmt)
 
 
-def evaluate_model(cfg: PipelineConfig, model_config: Qwen2Config, params: Any, tokenizer: Tokenizer,
-                   problems: Sequence[Problem], executor: Executor, out_dir: str, name: str, *,
-                   progress: bool = True, mesh: Optional[jax.sharding.Mesh] = None,
-                   ks: Sequence[int] | None = None) -> EvalResult:
-    """``eval.sampler.n`` samples per problem (key ``eval.seed``: the same sample keys for every model),
-    judged; writes the `maxk_jax.eval.report` files to `out_dir` (process 0) and returns the
-    `EvalResult` (per-problem pass@k / max@k [P, K]). ``mesh`` (multi-host: params on it): the
-    problems are split across hosts. ks: the k values of the tables (default 1, 2, 4, ..., n/2)."""
+def evaluate_model(cfg: PipelineConfig, sampler: Sampler, problems: Sequence[Problem], executor: Executor,
+                   out_dir: str, name: str, *, progress: bool = True, ks: Sequence[int] | None = None) -> EvalResult:
+    """``eval.sampler.n`` samples per problem from `sampler` (`eval_sampler`, or it with other
+    ``params``) with key ``eval.seed`` (the same sample keys for every model), judged; writes the
+    `maxk_jax.eval.report` files to `out_dir` (process 0) and returns the `EvalResult` (per-problem
+    pass@k / max@k [P, K]). ks: the k values of the tables (default 1, 2, 4, ..., n/2)."""
     from maxk_jax.eval.report import write_report
-    from maxk_jax.eval.run import default_ks, run_evaluation
+    from maxk_jax.eval.run import EvalOptions, evaluate
     from maxk_jax.multihost import batch_block
-    from maxk_jax.rl.rollout import PromptCompletionSource
 
-    settings = eval_settings(cfg, model_config, tokenizer)
-    source = PromptCompletionSource(model_config, params, tokenizer, settings, mesh)
-    s = cfg.eval.sampler
-    run_cfg = {"run_name": name, "n": s.n, "seed": cfg.eval.seed, "temperature": s.temperature,
-               "top_p": s.top_p, "top_k": s.top_k, "max_new_tokens": s.max_new_tokens,
-               "prompt_format": settings.prompt_format, "dataset": cfg.data.dataset}
-    result = run_evaluation(problems, source, executor=executor, n=s.n, key=jax.random.key(cfg.eval.seed),
-                            ks=default_ks(s.n) if ks is None else tuple(ks),
-                            batch_size=cfg.eval.batch_size, progress=progress,
-                            config=run_cfg, host=batch_block(mesh))
+    options = EvalOptions(ks=None if ks is None else tuple(ks), batch_size=cfg.eval.batch_size, progress=progress,
+                          host=batch_block(sampler.mesh))
+    result = evaluate(sampler, problems, executor=executor, key=jax.random.key(cfg.eval.seed), options=options,
+                      run_config={"run_name": name, "seed": cfg.eval.seed, "dataset": cfg.data.dataset})
     if jax.process_index() == 0:
         write_report(result, out_dir, name=name)
     return result

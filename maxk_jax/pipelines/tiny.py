@@ -24,7 +24,7 @@ from maxk_jax.execution import Executor
 from maxk_jax.pipelines.base_model import prepare_base, prepare_data
 from maxk_jax.pipelines.config import PipelineConfig, rl_config, uses_judge_cache, validate_config
 from maxk_jax.pipelines.config_dict import to_config_dict
-from maxk_jax.pipelines.evaluation import eval_problems, evaluate_model, load_trained, open_judge
+from maxk_jax.pipelines.evaluation import eval_problems, eval_sampler, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.phases import PhaseTimer, lead_first, write_json
 
 
@@ -117,13 +117,13 @@ def run_pipeline(cfg: PipelineConfig, *, overwrite: bool = False, progress: bool
         mesh = (sharding.make_mesh(rcfg.mesh.data, rcfg.mesh.fsdp, rcfg.mesh.tensor) if multi else None)
         model_config, base_params = convert.load_hf(model_path, mesh=mesh)
         problems = eval_problems(cfg, test, tokenizer)
+        sampler = eval_sampler(cfg, model_config, base_params, tokenizer, mesh)
         base_result = timer.run("eval base", lambda: evaluate_model(
-            cfg, model_config, base_params, tokenizer, problems, judge, os.path.join(run_dir, "base"), "base",
-            progress=progress, mesh=mesh))
+            cfg, sampler, problems, judge, os.path.join(run_dir, "base"), "base", progress=progress))
         trained = load_trained(rl_dir, model_path, mesh)
         trained_result = timer.run("eval trained", lambda: evaluate_model(
-            cfg, model_config, trained.params, tokenizer, problems, judge, os.path.join(run_dir, "trained"),
-            f"trained ({cfg.rl.algo.estimator})", progress=progress, mesh=mesh))
+            cfg, sampler.replace(params=trained.params), problems, judge, os.path.join(run_dir, "trained"),
+            f"trained ({cfg.rl.algo.estimator})", progress=progress))
         comparison = compare_runs([base_result, trained_result], ["base", f"trained ({cfg.rl.algo.estimator})"])
         if lead:
             paths = write_comparison(comparison, run_dir, title=f"{cfg.name}: base vs {cfg.rl.algo.estimator}")

@@ -10,5 +10,5 @@ Modules: ``run_config`` (the typed RunConfig of a run: frozen sections composing
 (RunConfig <-> the command line's ml_collections ConfigDict), ``config`` (validate_config: the
 device checks; the settings derived from a RunConfig), ``losses`` (clipped surrogate, IS-weighted
 form, KL, entropy), ``training`` (StepConfig, Batch, TrainState, make_train_step), ``rollout``
-(RolloutSettings, collect), ``loop`` (run, validate_config), ``warmup``, ``metrics_log``.
+(collect: a `sampling.Sampler` + judge -> Batch), ``loop`` (run, validate_config), ``warmup``, ``metrics_log``.
 """

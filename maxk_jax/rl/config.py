@@ -13,10 +13,9 @@ import jax
 
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.models.tokenizer_protocol import Tokenizer
-from maxk_jax.rl import rollout as rollout_lib
 from maxk_jax.rl import training
 from maxk_jax.rl.run_config import DistributedSettings, RunConfig
-from maxk_jax.sampling import SamplerSettings
+from maxk_jax.sampling import Sampler, SamplerSettings
 
 
 def step_config(cfg: RunConfig) -> training.StepConfig:
@@ -83,22 +82,14 @@ def render_kwargs(cfg: RunConfig) -> dict[str, Any]:
     return {"chat": cfg.data.chat, "system_prompt": system}
 
 
-def eos_ids(cfg: RunConfig, model_config: Any, tokenizer: Tokenizer) -> tuple[int, ...]:
-    """Stop ids: ``rollout.eos_ids``, or (when empty) the tokenizer's and the model's eos."""
-    if cfg.rollout.eos_ids:
-        return tuple(cfg.rollout.eos_ids)
-    from maxk_jax.eval.run import default_eos_ids
-
-    return tuple(default_eos_ids(model_config, tokenizer))
-
-
-def rollout_settings(cfg: RunConfig, model_config: Any, tokenizer: Tokenizer) -> rollout_lib.RolloutSettings:
-    """The `rollout.RolloutSettings` of a run (sampling, stop ids, padding, prompt format)."""
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (model_config.pad_token_id or 0)
-    return rollout_lib.RolloutSettings(
-        sampler=cfg.rollout.sampler, eos_ids=eos_ids(cfg, model_config, tokenizer), pad_id=int(pad_id),
-        sandbox_retries=cfg.rollout.sandbox_retries, min_prompt_bucket=cfg.rollout.min_prompt_bucket,
-        prompt_format=cfg.data.prompt_format, render_kwargs=tuple(render_kwargs(cfg).items()))
+def rollout_sampler(cfg: RunConfig, model_config: Any, tokenizer: Tokenizer) -> Sampler:
+    """The run's `sampling.Sampler` template (no weights yet; each RL step gives it the rollout copy
+    with ``replace(params=..., mesh=...)``): ``rollout.sampler`` settings, stop ids ``rollout.eos_ids``
+    (empty = the tokenizer's and the model's eos), the default pad id, the data section's prompt
+    format and rendering, ``rollout.min_prompt_bucket``."""
+    return Sampler.create(model_config, None, tokenizer, cfg.rollout.sampler, eos_ids=cfg.rollout.eos_ids,
+                          prompt_format=cfg.data.prompt_format, render_kwargs=render_kwargs(cfg),
+                          min_prompt_bucket=cfg.rollout.min_prompt_bucket)
 
 
 def initialize_distributed(cfg: RunConfig | DistributedSettings) -> bool:

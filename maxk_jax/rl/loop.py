@@ -75,6 +75,7 @@ from maxk_jax.rl.run_config import ProblemSource, RunConfig
 from maxk_jax.rl.metrics_log import MetricsLogger
 from maxk_jax.models.tokenizer_protocol import Tokenizer
 from maxk_jax.sampling.rollout_copy import RolloutLayout
+from maxk_jax.sampling.sampler import Sampler
 
 EvalFn = Callable[[Any, int], dict[str, float]]
 
@@ -161,34 +162,32 @@ def _mean_over_iterations(per_iter: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def make_eval_fn(cfg: RunConfig, model_config: Any, tokenizer: Tokenizer, executor: Executor,
-                 layout: RolloutLayout, settings: rollout_lib.RolloutSettings) -> EvalFn | None:
+def problems_of_eval(cfg: RunConfig, tokenizer: Tokenizer) -> list[Problem]:
+    """The ``eval.*`` problems of the periodic evaluation ([] when ``eval.interval`` is 0)."""
+    return load_problem_set(cfg.eval, tokenizer) if cfg.eval.interval else []
+
+
+def make_eval_fn(cfg: RunConfig, problems: Sequence[Problem], executor: Executor, layout: RolloutLayout,
+                 sampler: Sampler) -> EvalFn | None:
     """``eval_fn(params, rl_step) -> {"eval/pass_at_k/<k>": ..., "eval/max_at_k/<k>": ...}``:
-    ``maxk_jax.eval.run.run_evaluation`` on the ``eval.*`` problems with the rollout's prompt
-    format and the eval sampling settings, a fixed key ``eval.seed`` (every checkpoint is scored
-    on the same sample keys), sampled from the rollout copy of ``params`` on ``layout``'s mesh;
-    the report goes to ``<output_dir>/eval/step_<rl_step>``. None when ``eval.interval`` is 0."""
+    ``maxk_jax.eval.run.evaluate`` of `problems` with the rollout's `sampler` (its prompt format)
+    under the eval sampling settings, a fixed key ``eval.seed`` (every checkpoint is scored on the
+    same sample keys), sampled from the rollout copy of ``params`` on ``layout``'s mesh; the report
+    goes to ``<output_dir>/eval/step_<rl_step>``. None when ``eval.interval`` is 0."""
     if not cfg.eval.interval:
         return None
     from maxk_jax.eval.report import write_report
-    from maxk_jax.eval.run import run_evaluation
+    from maxk_jax.eval.run import EvalOptions, evaluate
 
-    problems = load_problem_set(cfg.eval, tokenizer)
-    ks = config_lib.eval_ks(cfg)
     key = jax.random.key(cfg.eval.seed)
-    eval_settings = dataclasses.replace(settings, sampler=config_lib.eval_sampler(cfg))
-    n = cfg.eval.sampler.n
-
-    mesh = layout.mesh
+    sampler = sampler.replace(settings=config_lib.eval_sampler(cfg), mesh=layout.mesh)
+    options = EvalOptions(ks=tuple(config_lib.eval_ks(cfg)), batch_size=cfg.eval.batch_size,
+                          sandbox_retries=cfg.rollout.sandbox_retries, progress=False,
+                          host=multihost.batch_block(layout.mesh))
 
     def eval_fn(params: Any, rl_step: int) -> dict[str, float]:
-        source = rollout_lib.PromptCompletionSource(model_config, layout.copy(params), tokenizer, eval_settings,
-                                                    mesh)
-        result = run_evaluation(problems, source, executor=executor, n=n, key=key, ks=ks,
-                                host=multihost.batch_block(mesh),
-                                batch_size=cfg.eval.batch_size, sandbox_retries=cfg.rollout.sandbox_retries,
-                                progress=False, config={"rl_step": rl_step, "run_name": f"{cfg.name}@{rl_step}",
-                                                        "n": n})
+        result = evaluate(sampler.replace(params=layout.copy(params)), problems, executor=executor, key=key,
+                          options=options, run_config={"rl_step": rl_step, "run_name": f"{cfg.name}@{rl_step}"})
         if jax.process_index() == 0:
             write_report(result, os.path.join(cfg.output_dir, "eval", f"step_{rl_step}"))
         means = result.means()
@@ -211,7 +210,7 @@ class RunContext:
     total: int                        # RL steps of the run
     start: int                        # first RL step to run (> 0 when resumed)
     executor: Executor
-    settings: rollout_lib.RolloutSettings
+    sampler: Any                      # sampling.Sampler template: rollout settings on the rollout mesh, no weights
     train_step: Any                   # training.make_train_step(...)
     ref_fn: Any                       # reference log-prob pass (None without a KL term)
     ref_params: Any
@@ -299,10 +298,10 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         from maxk_jax.execution import make_executor
 
         executor = stack.enter_context(make_executor(cfg.rollout.executor))
-    settings = config_lib.rollout_settings(cfg, model_config, tokenizer)
     layout = RolloutLayout.create(model_config, mesh)
+    sampler = config_lib.rollout_sampler(cfg, model_config, tokenizer).replace(mesh=layout.mesh)
     if eval_fn is None:
-        eval_fn = make_eval_fn(cfg, model_config, tokenizer, executor, layout, settings)
+        eval_fn = make_eval_fn(cfg, problems_of_eval(cfg, tokenizer), executor, layout, sampler)
     lead = jax.process_index() == 0
     logger = MetricsLogger(cfg.output_dir, tensorboard=cfg.log.tensorboard,
                            wandb_project=cfg.log.wandb_project or None, run_name=cfg.name,
@@ -315,7 +314,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
             f.write(to_config_dict(cfg).to_json_best_effort(indent=2))
     return RunContext(cfg=cfg, mesh=mesh, model_config=model_config, tokenizer=tokenizer,
                       problems=problems, total=total, start=start, executor=executor,
-                      settings=settings, train_step=train_step, ref_fn=ref_fn, ref_params=ref_params,
+                      sampler=sampler, train_step=train_step, ref_fn=ref_fn, ref_params=ref_params,
                       eval_fn=eval_fn, rollout_layout=layout, checkpointer=ckpt, logger=logger, model_dir=model_dir,
                       state=state, rng=rng)
 
@@ -362,10 +361,10 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
     batch_problems = step_problems(ctx.problems, step, cfg.rollout.prompts, cfg.seed, cfg.data.shuffle)
     rng, key = jax.random.split(rng)
     judge = JudgeCounter(executor)   # counts what THIS host's judge receives
-    policy = ctx.rollout_layout.copy(state.params)   # decode layout: no weight moves in the loop
-    ro = rollout_lib.collect(ctx.model_config, policy, ctx.tokenizer, batch_problems,
-                             judge, ctx.settings, key, mesh=ctx.rollout_layout.mesh)  # this host's share only
-    del policy                                       # freed before the update
+    sampler = ctx.sampler.replace(params=ctx.rollout_layout.copy(state.params))   # decode layout
+    ro = rollout_lib.collect(sampler, batch_problems, judge, key,
+                             sandbox_retries=cfg.rollout.sandbox_retries)   # this host's share only
+    del sampler                                      # the rollout copy is freed before the update
     everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
     metrics = rollout_lib.rollout_metrics(everyone, config_lib.train_ks(cfg))
     ctx.masked_streak = ctx.masked_streak + 1 if metrics["samples/masked"] == metrics["samples/total"] else 0

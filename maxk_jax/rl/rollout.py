@@ -1,13 +1,13 @@
 """One RL rollout: sample n completions per prompt -> extract code -> judge -> training Batch.
 
-    settings = RolloutSettings(sampler=sampling.SamplerSettings(n=8, max_new_tokens=256),
-                               eos_ids=(151645,), pad_id=151643)
-    ro = collect(config, params, tokenizer, problems, executor, settings, key, mesh=mesh)
+    sampler = sampling.Sampler.create(config, params, tokenizer, sampling.SamplerSettings(n=8, max_new_tokens=256),
+                                      mesh=mesh)
+    ro = collect(sampler, problems, executor, key)
     ro.batch          # training.Batch of numpy arrays, B = P*n rows (prompt-major)
     rollout_metrics(ro, ks=(1, 4, 8))   # reward / train pass@k, max@k / lengths / statuses
 
-Sampling is ``maxk_jax.sampling.generate`` (one key per rollout, split per sample by the
-sampler); completions are decoded without special tokens, code is extracted and judged by
+Sampling is the `maxk_jax.sampling.Sampler` (one key per rollout, split per sample); completions
+are decoded without special tokens, code is extracted and judged by
 ``maxk_jax.judging.judge_completions`` (sandbox errors re-judged ``sandbox_retries`` times).
 A sample whose reward stays null (``sandbox_error``, or ``invalid`` = the problem's own tests
 are broken) gets ``valid = False``: it is masked out of the estimator and the loss and counted
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -38,34 +38,11 @@ import numpy as np
 from maxk_jax import multihost, sampling
 from maxk_jax.rl import training
 from maxk_jax.data.problem import Problem
-from maxk_jax.data.prompts import encode_prompts, prompt_opens_code_block, render_prompt
 from maxk_jax.eval.result import ProblemResult, problem_metrics
 from maxk_jax.judging import Completions, judge_completions
 from maxk_jax.execution import Executor
-from maxk_jax.models import qwen2
-from maxk_jax.models.tokenizer_protocol import Tokenizer
 
 STATUSES = ("ok", "sandbox_error", "invalid")
-PROMPT_FORMATS = ("full", "statement")
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutSettings:
-    """Sampling / judging settings of a rollout (see ``sampling.generate``): the sampler's
-    settings (n, max_new_tokens, temperature, top_k, top_p), stop and pad ids, sandbox retries,
-    the prompt bucket and the prompt format."""
-
-    sampler: sampling.SamplerSettings
-    eos_ids: tuple[int, ...]
-    pad_id: int
-    sandbox_retries: int = 1
-    min_prompt_bucket: int = sampling.MIN_PROMPT_BUCKET
-    prompt_format: str = "full"
-    render_kwargs: tuple[tuple[str, Any], ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.prompt_format not in PROMPT_FORMATS:
-            raise ValueError(f"prompt_format={self.prompt_format!r} is not one of {PROMPT_FORMATS}")
 
 
 @dataclasses.dataclass
@@ -90,56 +67,6 @@ class Rollout:
     def valid(self) -> np.ndarray:
         """[P, n] bool: reward not null."""
         return ~np.isnan(self.rewards)
-
-
-def encode_problems(problems: Sequence[Problem], tokenizer: Tokenizer, prompt_format: str = "full",
-                    render_kwargs: Mapping[str, Any] | None = None) -> tuple[list[list[int]], list[bool]]:
-    """Prompt token ids of each problem and whether its completion starts inside a code fence.
-
-    "full": ``maxk_jax.data.prompts`` (system prompt, instructions, answer format; ``render_kwargs``
-    such as chat / system_prompt).  "statement": the chat template around the bare statement, as
-    in ``maxk_jax.rl.warmup`` (the tiny synthetic runs warm up on exactly this format).
-    """
-    if prompt_format == "statement":
-        from maxk_jax.data.prompts import chat_prompt_ids
-
-        return [chat_prompt_ids(tokenizer, p.prompt) for p in problems], [False] * len(problems)
-    if prompt_format != "full":
-        raise ValueError(f"prompt_format={prompt_format!r} is not one of {PROMPT_FORMATS}")
-    render = dict(render_kwargs or {})
-    inside = [prompt_opens_code_block(render_prompt(p, tokenizer, **render)) for p in problems]
-    return encode_prompts(problems, tokenizer, **render), inside
-
-
-def decode(tokenizer: Tokenizer, tokens: np.ndarray, lengths: np.ndarray) -> list[tuple[str, ...]]:
-    """tokens [P, n, T], lengths [P, n] -> texts [P][n] (cut at lengths, special tokens removed)."""
-    return [tuple(tokenizer.batch_decode([tokens[i, j, :lengths[i, j]].tolist()
-                                          for j in range(tokens.shape[1])], skip_special_tokens=True))
-            for i in range(tokens.shape[0])]
-
-
-class PromptCompletionSource:
-    """``maxk_jax.eval.run`` completion source sampling with the rollout's prompt format:
-    ``source(problems, keys [P, m], first_sample) -> [Completions] * P``."""
-
-    def __init__(self, config: qwen2.Qwen2Config, params: Any, tokenizer: Tokenizer,
-                 settings: RolloutSettings, mesh: jax.sharding.Mesh | None = None) -> None:
-        self.config, self.params, self.tokenizer = config, params, tokenizer
-        self.settings, self.mesh = settings, mesh
-
-    def __call__(self, problems: Sequence[Problem], keys: jax.Array, first_sample: int) -> list[Completions]:
-        """Sample keys.shape[1] completions of every problem with the given per-sample keys."""
-        del first_sample  # the keys identify the samples
-        s = self.settings
-        prompts, inside = encode_problems(problems, self.tokenizer, s.prompt_format, dict(s.render_kwargs))
-        out = sampling.generate(self.config, self.params, prompts, n=int(keys.shape[1]),
-                                max_new_tokens=s.sampler.max_new_tokens, key=keys,
-                                temperature=s.sampler.temperature, top_p=s.sampler.top_p,
-                                top_k=s.sampler.top_k, eos_id=list(s.eos_ids), pad_id=s.pad_id,
-                                mesh=self.mesh, min_prompt_bucket=s.min_prompt_bucket)
-        tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
-        return [Completions(t, tuple(int(x) for x in lengths[i]), inside[i])
-                for i, t in enumerate(decode(self.tokenizer, tokens, lengths))]
 
 
 def answer_ids(behaviours: Sequence[Sequence[str | None] | None], n: int) -> np.ndarray:
@@ -198,51 +125,41 @@ def _rewards(results: Sequence[ProblemResult]) -> tuple[np.ndarray, ...]:
     return rewards, passed, total
 
 
-def collect(config: qwen2.Qwen2Config, params: Any, tokenizer: Tokenizer, problems: Sequence[Problem],
-            executor: Executor, settings: RolloutSettings, key: jax.Array, *,
-            mesh: jax.sharding.Mesh | None = None) -> Rollout:
-    """Sample ``settings.sampler.n`` completions of every problem with ``key``, judge them, build the Batch.
+def collect(sampler: sampling.Sampler, problems: Sequence[Problem], executor: Executor, key: jax.Array, *,
+            sandbox_retries: int = 1) -> Rollout:
+    """Sample ``sampler.settings.n`` completions of every problem with ``key``, judge them (sandbox
+    errors re-judged `sandbox_retries` times), build the Batch.
 
-    Sample j of problem i uses ``jax.random.split(key, (P, n))[i, j]``. On a ``mesh`` spanning
-    several processes every host passes the same ``problems`` and ``key`` but samples, judges and
-    returns only its own contiguous share of the problems (``multihost.host_share``): the
-    Rollout is host-local (``gather_rollout`` collects the metrics inputs of all hosts; the batch
-    rows are this host's block of the global batch, ``multihost.global_batch``). The prompt
+    Sample j of problem i uses ``jax.random.split(key, (P, n))[i, j]``. On a ``sampler.mesh``
+    spanning several processes every host passes the same ``problems`` and ``key`` but samples,
+    judges and returns only its own contiguous share of the problems (``multihost.host_share``):
+    the Rollout is host-local (``gather_rollout`` collects the metrics inputs of all hosts; the
+    batch rows are this host's block of the global batch, ``multihost.global_batch``). The prompt
     bucket is that of all P problems, so every host's batch has the same width.
     """
     if not problems:
         raise ValueError("collect needs at least one problem")
     start = time.perf_counter()
-    all_prompts, all_inside = encode_problems(problems, tokenizer, settings.prompt_format,
-                                              dict(settings.render_kwargs))
-    first, stop = multihost.host_row_range(len(problems), mesh)
-    problems, prompts, inside = problems[first:stop], all_prompts[first:stop], all_inside[first:stop]
-    sampler = settings.sampler
-    keys = jax.random.split(key, (len(all_prompts), sampler.n))[first:stop]
-    out = sampling.generate(config, params, prompts, n=sampler.n,
-                            max_new_tokens=sampler.max_new_tokens, key=keys,
-                            temperature=sampler.temperature, top_p=sampler.top_p,
-                            top_k=sampler.top_k, eos_id=list(settings.eos_ids),
-                            pad_id=settings.pad_id, mesh=mesh,
-                            min_prompt_bucket=settings.min_prompt_bucket)
-    tokens, logprobs, mask, lengths, finished = (np.asarray(x) for x in jax.device_get(
-        (out.tokens, out.logprobs, out.mask, out.lengths, out.finished)))
-    texts = decode(tokenizer, tokens, lengths)
+    all_prompts, all_inside = sampler.encode(problems)
+    first, stop = multihost.host_row_range(len(problems), sampler.mesh)
+    problems = problems[first:stop]
+    n = sampler.settings.n
+    keys = jax.random.split(key, (len(all_prompts), n))[first:stop]
+    out = sampler.sample(problems, keys, (all_prompts[first:stop], all_inside[first:stop]))
     sample_s = time.perf_counter() - start
 
     start = time.perf_counter()
-    comps = [Completions(t, tuple(int(x) for x in lengths[i]), inside[i]) for i, t in enumerate(texts)]
-    results = judge_completions(executor, problems, list(range(first, stop)), comps,
-                                sandbox_retries=settings.sandbox_retries, keep_behaviours=True)
+    results = judge_completions(executor, problems, list(range(first, stop)), Completions.of_samples(out),
+                                sandbox_retries=sandbox_retries, keep_behaviours=True)
     judge_s = time.perf_counter() - start
     rewards, passed, total = _rewards(results)
-    ids = answer_ids([r.behaviours for r in results], sampler.n)
-    bucket = sampling.prompt_length_bucket(max(len(x) for x in all_prompts), settings.min_prompt_bucket)
-    batch = build_batch(prompts, tokens, logprobs, mask, rewards, ids, pad_id=settings.pad_id,
+    ids = answer_ids([r.behaviours for r in results], n)
+    bucket = sampling.prompt_length_bucket(max(len(x) for x in all_prompts), sampler.min_prompt_bucket)
+    batch = build_batch(out.prompts, out.tokens, out.logprobs, out.mask, rewards, ids, pad_id=sampler.pad_id,
                         min_prompt_bucket=bucket)
     return Rollout(batch=batch, rewards=rewards, passed=passed, total=total,
-                   statuses=[tuple(r.statuses) for r in results], lengths=lengths,
-                   finished=finished, texts=texts, no_code=sum(r.n_no_code for r in results),
+                   statuses=[tuple(r.statuses) for r in results], lengths=out.lengths,
+                   finished=out.finished, texts=out.texts, no_code=sum(r.n_no_code for r in results),
                    sandbox_retries=sum(r.sandbox_retries for r in results),
                    sample_seconds=sample_s, judge_seconds=judge_s, answer_ids=ids)
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, NamedTuple
 from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.rl import losses
-from maxk_jax.rl.rollout import PROMPT_FORMATS
+from maxk_jax.data.prompts import PROMPT_FORMATS
 from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
                              on_path, option_pairs)
 from maxk_jax.rl.training import StepConfig, loss_kind

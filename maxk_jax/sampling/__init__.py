@@ -6,7 +6,9 @@ log-probs of the distribution sampled from (temperature, top-k, top-p).
 
 Private modules: ``_sampler`` (prefill, decode loop, padding/bucketing, keys) and ``_filters``
 (the sampling distribution: temperature, top-k / top-p truncation and its log-probs);
-``rollout_copy``: the weights in a layout made for decoding, made once per RL step.
+``sampler``: the `Sampler` object (model config, weights, tokenizer, mesh, settings, prompt format)
+that the RL rollout and the evaluation sample completions of problems with; ``rollout_copy``: the
+weights in a layout made for decoding, made once per RL step.
 """
 from maxk_jax.sampling._filters import (greedy_logprobs, sampling_logprobs, top_k_mask, top_p_mask,
                                         validate_filters)
@@ -16,9 +18,12 @@ from maxk_jax.sampling._sampler import (MIN_PROMPT_BUCKET, PROMPT_BUCKET_STEP, S
                                         is_stop, next_pow2, pad_prompts, prompt_batch_bucket,
                                         prompt_length_bucket, record, stop_id_array,
                                         to_token_lists)
+from maxk_jax.sampling.sampler import (ProblemSamples, Sampler, decode_samples, default_eos_ids,
+                                       default_pad_id)
 
 __all__ = [
-    "MIN_PROMPT_BUCKET", "PROMPT_BUCKET_STEP", "SampleOutput", "SamplerSettings", "batch_shards",
+    "MIN_PROMPT_BUCKET", "PROMPT_BUCKET_STEP", "ProblemSamples", "SampleOutput", "Sampler", "SamplerSettings",
+    "batch_shards", "decode_samples", "default_eos_ids", "default_pad_id",
     "cache_shardings", "decode_loop", "prefill_prompts", "draw",
     "first_argmax", "generate", "greedy_logprobs", "gumbel_max", "is_stop", "next_pow2",
     "pad_prompts", "prompt_batch_bucket", "prompt_length_bucket", "record", "sampling_logprobs",

@@ -10,7 +10,7 @@ import pytest
 from maxk_jax.eval import report as eval_report
 from maxk_jax.data import load_dataset
 from maxk_jax.data.problem import FunctionCase, FunctionTests, Problem, StdioCase, StdioTests
-from maxk_jax.eval.run import (Completions, StaticCompletionSource, check_ks, default_eos_ids, default_ks,
+from maxk_jax.eval.run import (Completions, EvalOptions, StaticCompletionSource, check_ks, default_ks,
                                  judge_completions, host_calls, plan_groups, problem_sample_keys,
                                  run_evaluation)
 from maxk_jax.execution import make_executor
@@ -127,18 +127,6 @@ def test_static_source_serves_positions_and_rejects_missing():
         Completions((None,))
 
 
-def test_default_eos_ids_union():
-    class Tok:
-        eos_token_id = 5
-
-    class Cfg:
-        eos_token_id = (5, 9)
-
-    assert default_eos_ids(Cfg(), Tok(), [151643]) == [5, 9, 151643]
-    with pytest.raises(ValueError, match="pass eos_id"):
-        default_eos_ids(object(), object())
-
-
 # ------------------------------------------------------------------------------------------ HumanEval
 def _canonical_humaneval(executor, count):
     problems, _ = load_dataset("humaneval")
@@ -149,8 +137,7 @@ def _canonical_humaneval(executor, count):
     chat = {p.id: ["Here is the solution.\n```python\n" + p.prompt + p.metadata["canonical_solution"]
                    + "```\nIt works."] * 2 for p in problems}
     for texts, inside in ((body, True), (chat, False)):
-        result = run_evaluation(problems, StaticCompletionSource(texts, inside_block=inside), executor=executor,
-                                n=2, key=jax.random.key(0), batch_size=16, progress=False)
+        result = run_evaluation(problems, StaticCompletionSource(texts, inside_block=inside), executor=executor, n=2, key=jax.random.key(0), options=EvalOptions(batch_size=16, progress=False))
         means = result.means()
         assert means["pass_at_k"] == {1: 1.0} and means["max_at_k"] == {1: 1.0}
         assert means["num_problems"] == {1: count}
@@ -172,8 +159,7 @@ def test_mixed_completions_give_brute_force_pass_and_max_at_k(executor):
     plan = {"t/double0": [4, 0, 2, 1, 3, 0], "t/double1": [0, 0, 1, 0, 0, 0], "t/add": [3, 2, -1, 0, 2, 3],
             "t/double2": [4, 4, 4, 4, 4, 4]}
     texts = {pid: [ADD_TEXTS[m] if pid == "t/add" else passing(m) for m in ms] for pid, ms in plan.items()}
-    result = run_evaluation(problems, StaticCompletionSource(texts), executor=executor, n=6,
-                            key=jax.random.key(0), batch_size=8, progress=False)
+    result = run_evaluation(problems, StaticCompletionSource(texts), executor=executor, n=6, key=jax.random.key(0), options=EvalOptions(batch_size=8, progress=False))
     assert result.ks == (1, 2, 3)          # k <= n/2 reported; the estimators are checked at every k
     result = dataclasses.replace(result, ks=(1, 2, 3, 4, 5, 6))
     per = result.per_problem()
@@ -227,8 +213,7 @@ def test_sandbox_errors_are_retried_then_excluded_never_zeroed(executor):
     src = StaticCompletionSource({p.id: [passing(m) for m in ms]})
     # sample 0 recovers after one retry; sample 3 never does; sample 2 is 'invalid' (not retried)
     flaky = FlakyExecutor(executor, {"0/0": 1, "0/3": 99}, invalid=frozenset({"0/2"}))
-    result = run_evaluation([p], src, executor=flaky, n=4, key=jax.random.key(0), sandbox_retries=2,
-                            progress=False)
+    result = run_evaluation([p], src, executor=flaky, n=4, key=jax.random.key(0), options=EvalOptions(sandbox_retries=2, progress=False))
     (r,) = result.problems
     assert r.statuses == ("ok", "ok", "invalid", "sandbox_error")
     assert r.rewards == (1.0, 0.5, None, None) and r.n == 2 and r.n_sampled == 4
@@ -240,14 +225,12 @@ def test_sandbox_errors_are_retried_then_excluded_never_zeroed(executor):
     assert means["pass_at_k"][1] == pytest.approx(0.5)
     assert means["max_at_k"][4] is None and means["num_problems"] == {1: 1, 2: 1, 4: 0}
     assert result.totals()["excluded_samples"] == 2
-    one = run_evaluation([p], src, executor=FlakyExecutor(executor, {"0/1": 99, "0/3": 99}, invalid=frozenset({"0/2"})),
-                         n=4, key=jax.random.key(0), sandbox_retries=0, progress=False)
+    one = run_evaluation([p], src, executor=FlakyExecutor(executor, {"0/1": 99, "0/3": 99}, invalid=frozenset({"0/2"})), n=4, key=jax.random.key(0), options=EvalOptions(sandbox_retries=0, progress=False))
     assert one.means()["num_problems"] == {1: 1, 2: 0}     # 1 valid sample: no value at k = 2
     assert "fewer valid samples than k" in eval_report.report_markdown(one, "x")
     flaky = FlakyExecutor(executor, {"0/3": 99})
     with pytest.raises(RuntimeError, match="1 of 4 samples could not be judged.*fail_on_excluded"):
-        run_evaluation([p], src, executor=flaky, n=4, key=jax.random.key(0), fail_on_excluded=True,
-                       progress=False)
+        run_evaluation([p], src, executor=flaky, n=4, key=jax.random.key(0), options=EvalOptions(fail_on_excluded=True, progress=False))
 
 
 def test_judge_completions_validates_arguments(executor):
@@ -286,8 +269,9 @@ def _files(d):
 
 def test_resume_after_interruption_and_torn_line_gives_identical_files(executor, tmp_path):
     problems = [double_problem(i) for i in range(7)]
-    kw = dict(executor=executor, n=4, batch_size=8, config={"run_name": "r"}, progress=False)
-    full = run_evaluation(problems, RandomSource(OPTIONS), key=jax.random.key(11), keep_completions=True, **kw)
+    kw = dict(executor=executor, n=4, config={"run_name": "r"},
+              options=EvalOptions(batch_size=8, progress=False, keep_completions=True))
+    full = run_evaluation(problems, RandomSource(OPTIONS), key=jax.random.key(11), **kw)
     eval_report.write_report(full, tmp_path / "a")
     rewards = [x for r in full.problems for x in r.rewards]
     assert len(set(rewards)) > 2   # the key really drives the choice
@@ -304,8 +288,7 @@ def test_resume_after_interruption_and_torn_line_gives_identical_files(executor,
         written.append(r)
 
     with eval_report.ResultLog(jsonl) as log, pytest.raises(Interrupt):
-        run_evaluation(problems, RandomSource(OPTIONS), key=jax.random.key(11), keep_completions=True,
-                       on_result=stop_after_three, **kw)
+        run_evaluation(problems, RandomSource(OPTIONS), key=jax.random.key(11), on_result=stop_after_three, **kw)
     with open(jsonl, "ab") as f:   # a torn append of problem 3
         f.write(eval_report._line(full.problems[3].to_json())[:40])
     with pytest.raises(ValueError, match="incomplete"):
@@ -314,8 +297,7 @@ def test_resume_after_interruption_and_torn_line_gives_identical_files(executor,
     assert [r.index for r in done] == [0, 1, 2]
     source = RandomSource(OPTIONS)
     with eval_report.ResultLog(jsonl) as log:
-        resumed = run_evaluation(problems, source, key=jax.random.key(11), keep_completions=True, done=done,
-                                 on_result=log.append, **kw)
+        resumed = run_evaluation(problems, source, key=jax.random.key(11), done=done, on_result=log.append, **kw)
     # groups of 2 problems (batch 8 / n 4): problems 0-1 are skipped, group 2-3 is re-sampled whole
     assert [c[0] for c in source.calls] == [["t/double2", "t/double3"], ["t/double4", "t/double5"], ["t/double6"]]
     assert jsonl.read_bytes() == (tmp_path / "a" / eval_report.PER_PROBLEM).read_bytes()
@@ -327,24 +309,19 @@ def test_resume_after_interruption_and_torn_line_gives_identical_files(executor,
 
 def test_batch_size_does_not_change_samples(executor):
     problems = [double_problem(i) for i in range(3)]
-    runs = [run_evaluation(problems, RandomSource(OPTIONS), executor=executor, n=6, key=jax.random.key(5),
-                           batch_size=bs, progress=False) for bs in (4, 64)]
+    runs = [run_evaluation(problems, RandomSource(OPTIONS), executor=executor, n=6, key=jax.random.key(5), options=EvalOptions(batch_size=bs, progress=False)) for bs in (4, 64)]
     assert runs[0].problems == runs[1].problems
 
 
 def test_done_results_must_match_the_run(executor):
     problems = [double_problem(i) for i in range(2)]
-    full = run_evaluation(problems, RandomSource(OPTIONS), executor=executor, n=2, key=jax.random.key(0),
-                          progress=False)
+    full = run_evaluation(problems, RandomSource(OPTIONS), executor=executor, n=2, key=jax.random.key(0), options=EvalOptions(progress=False))
     with pytest.raises(ValueError, match="does not match the problem list"):
-        run_evaluation(problems[::-1], RandomSource(OPTIONS), executor=executor, n=2, key=jax.random.key(0),
-                       done=full.problems, progress=False)
+        run_evaluation(problems[::-1], RandomSource(OPTIONS), executor=executor, n=2, key=jax.random.key(0), done=full.problems, options=EvalOptions(progress=False))
     with pytest.raises(ValueError, match="has 2 samples, this run has n=3"):
-        run_evaluation(problems, RandomSource(OPTIONS), executor=executor, n=3, key=jax.random.key(0),
-                       done=full.problems, progress=False)
+        run_evaluation(problems, RandomSource(OPTIONS), executor=executor, n=3, key=jax.random.key(0), done=full.problems, options=EvalOptions(progress=False))
     with pytest.raises(ValueError, match="keep_completions=True"):
-        run_evaluation(problems, RandomSource(OPTIONS), executor=executor, n=2, key=jax.random.key(0),
-                       done=full.problems, keep_completions=True, progress=False)
+        run_evaluation(problems, RandomSource(OPTIONS), executor=executor, n=2, key=jax.random.key(0), done=full.problems, options=EvalOptions(keep_completions=True, progress=False))
 
 
 def test_run_evaluation_rejects_bad_input(executor):
@@ -357,16 +334,15 @@ def test_run_evaluation_rejects_bad_input(executor):
     with pytest.raises(ValueError, match="key must be a jax PRNG key"):
         run_evaluation([p], src, executor=executor, n=2, key=0)
     with pytest.raises(ValueError, match="k=3"):
-        run_evaluation([p], src, executor=executor, n=2, ks=[3], key=jax.random.key(0))
+        run_evaluation([p], src, executor=executor, n=2, key=jax.random.key(0), options=EvalOptions(ks=[3]))
     with pytest.raises(ValueError, match="n must be a positive int"):
         run_evaluation([p], src, executor=executor, n=0, key=jax.random.key(0))
 
 
-@pytest.mark.parametrize("settings, match", [(dict(temperature=-1.0), "temperature must be a finite float >= 0"),
-                                             (dict(top_p=2.0), "top_p must lie in"),
-                                             (dict(top_k=-1), "top_k must be an int >= 0")])
-def test_model_completion_source_rejects_bad_sampling_settings_at_construction(settings, match):
-    from maxk_jax.eval.run import ModelCompletionSource
-
-    with pytest.raises(ValueError, match=match):
-        ModelCompletionSource(None, None, None, max_new_tokens=4, eos_id=0, **settings)
+def test_eval_options_reject_bad_values():
+    with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+        EvalOptions(batch_size=0)
+    with pytest.raises(ValueError, match="sandbox_retries=-1 must be an int >= 0"):
+        EvalOptions(sandbox_retries=-1)
+    with pytest.raises(ValueError, match=r"host must be \(index, count\)"):
+        EvalOptions(host=(2, 2))

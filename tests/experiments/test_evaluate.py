@@ -157,8 +157,8 @@ def test_evaluates_the_pipelines_own_checkpoint_as_the_pipeline_does(tmp_path):
     from maxk_jax.eval.run import problem_sample_keys
     from maxk_jax.models.tokenizer import load_tokenizer
     from maxk_jax.pipelines.config import toy_config
-    from maxk_jax.pipelines.evaluation import eval_settings, load_trained
-    from maxk_jax.rl.rollout import PromptCompletionSource
+    from maxk_jax.eval.run import SamplerCompletionSource
+    from maxk_jax.pipelines.evaluation import eval_sampler, load_trained
 
     runs = tmp_path / "runs"
     res = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:toy",
@@ -182,7 +182,7 @@ def test_evaluates_the_pipelines_own_checkpoint_as_the_pipeline_does(tmp_path):
 
     model = load_trained(str(runs / "toy" / "rl"), model_dir)
     tokenizer = load_tokenizer(model.tokenizer_dir)
-    source = PromptCompletionSource(model.config, model.params, tokenizer, eval_settings(cfg, model.config, tokenizer))
+    source = SamplerCompletionSource(eval_sampler(cfg, model.config, model.params, tokenizer))
     problems = load_problems(test_file)[:ev.num_problems]
     key = jax.random.key(ev.seed)
     keys = jax.numpy.stack([problem_sample_keys(key, i, ev.sampler.n) for i in range(len(problems))])

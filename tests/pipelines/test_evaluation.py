@@ -3,7 +3,7 @@ judge is the caller's to close), and the evaluation sampling settings."""
 from maxk_jax.pipelines import default_config
 from maxk_jax.sampling import SamplerSettings
 from maxk_jax.execution import CachingExecutor
-from maxk_jax.pipelines import apply_overrides, eval_settings, open_judge
+from maxk_jax.pipelines import apply_overrides, eval_sampler, open_judge
 from maxk_jax.rl.run_config import replace_fields
 
 
@@ -37,15 +37,15 @@ def test_open_judge_makes_an_owned_executor_from_the_config():
         judge.close()
 
 
-def test_eval_settings_follow_the_eval_section_and_the_rl_prompt_format():
+def test_eval_sampler_follows_the_eval_section_and_the_rl_prompt_format():
     from types import SimpleNamespace
 
     cfg = replace_fields(default_config(), {"eval.sampler": SamplerSettings(
         n=16, max_new_tokens=32, temperature=0.7, top_p=0.9, top_k=5)})
     model_config = SimpleNamespace(pad_token_id=3, eos_token_id=[2, 7])
-    s = eval_settings(cfg, model_config, SimpleNamespace(pad_token_id=None, eos_token_id=2))
-    assert s.sampler == SamplerSettings(n=16, max_new_tokens=32, temperature=0.7, top_p=0.9, top_k=5)
+    s = eval_sampler(cfg, model_config, None, SimpleNamespace(pad_token_id=None, eos_token_id=2))
+    assert s.settings == SamplerSettings(n=16, max_new_tokens=32, temperature=0.7, top_p=0.9, top_k=5)
     assert (s.eos_ids, s.pad_id, s.prompt_format) == ((2, 7), 3, "statement")   # tiny model: bare statements
-    s = eval_settings(apply_overrides(cfg, model_path="/ckpt"), model_config,
-                      SimpleNamespace(pad_token_id=0, eos_token_id=9))
+    s = eval_sampler(apply_overrides(cfg, model_path="/ckpt"), model_config, None,
+                     SimpleNamespace(pad_token_id=0, eos_token_id=9))
     assert (s.eos_ids, s.pad_id, s.prompt_format) == ((2, 7, 9), 0, "full")      # a HF checkpoint: full prompts

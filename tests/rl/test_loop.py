@@ -18,7 +18,7 @@ from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
 from maxk_jax.estimators import max_at_k
 from maxk_jax.rl.metrics_log import MetricsLogger, deterministic, read_metrics
 from maxk_jax.rl.run_config import RunConfig, replace_fields
-from maxk_jax.sampling import SamplerSettings
+from maxk_jax.sampling import Sampler, SamplerSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -210,11 +210,10 @@ def test_rollout_logprobs_match_training_forward_under_truncation(tiny_ckpt, pro
     config, params = convert.load_hf(tiny_ckpt)
     tok = load_tokenizer(tiny_ckpt)
     sampler = SamplerSettings(n=4, max_new_tokens=12, temperature=0.7, top_p=0.9, top_k=20)
-    settings = rollout.RolloutSettings(sampler=sampler, eos_ids=(tok.eos_token_id,), pad_id=tok.pad_token_id,
-                                       prompt_format="statement")
+    smp = Sampler.create(config, params, tok, sampler, eos_ids=(tok.eos_token_id,), pad_id=tok.pad_token_id,
+                         prompt_format="statement")
     with make_executor("embedded:2") as ex:
-        ro = rollout.collect(config, params, tok, load_problems(problems_file)[:2], ex, settings,
-                             jax.random.key(0))
+        ro = rollout.collect(smp, load_problems(problems_file)[:2], ex, jax.random.key(0))
     sp = ro.batch.tokens.shape[1] - 12
     assert ro.batch.tokens.shape[0] == 8 and sp >= 16 and sp & (sp - 1) == 0   # power-of-two bucket
     assert ro.valid.all() and ro.rewards.shape == (2, 4)
@@ -295,7 +294,7 @@ def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path):
     with contextlib.ExitStack() as stack:
         ctx = rl_loop.setup(cfg, stack)
         assert (ctx.start, ctx.total, len(ctx.problems)) == (0, 3, 6)
-        assert ctx.settings.sampler.n == 4 and ctx.logger is not None and ctx.eval_fn is None
+        assert ctx.sampler.settings.n == 4 and ctx.sampler.params is None and ctx.logger is not None and ctx.eval_fn is None
         state, rng, metrics = rl_loop.rl_step(ctx, 0, ctx.state, ctx.rng)
         assert int(state.step) == cfg.algo.ppo_iterations
         assert not np.array_equal(jax.random.key_data(rng), jax.random.key_data(ctx.rng))
