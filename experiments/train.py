@@ -56,8 +56,9 @@ def main(argv: list[str]) -> None:
 
     with cli.user_errors():   # every check before work: one line per mistake, nothing written
         cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
-        rl_loop.initialize_distributed(cfg)
-        step = rl_loop.validate_config(cfg)
+        cfg.distributed.initialize()
+        cfg.require_paths()
+        step = cfg.validate()
         if FLAGS.validate_only:
             print(json.dumps({"config": json.loads(to_config_dict(cfg).to_json_best_effort()),
                               "loss_kind": step.kind}, indent=2))

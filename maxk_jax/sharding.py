@@ -67,15 +67,20 @@ class MeshConfig:
     fsdp: int = 1
     tensor: int = 1
 
+    def __post_init__(self) -> None:
+        """The one check of mesh sizes: positive ints, at most one -1."""
+        sizes = {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
+        bad = {k: v for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1)}
+        if bad:
+            raise ValueError(f"mesh={sizes}: mesh axis sizes must be positive ints or -1, got {bad}")
+        rest = [k for k, v in sizes.items() if v == -1]
+        if len(rest) > 1:
+            raise ValueError(f"mesh={sizes}: only one mesh axis may be -1 (= the rest), got {rest}")
+
     def resolve(self, num_devices: int) -> tuple[int, int, int]:
         """Concrete ``(data, fsdp, tensor)`` for ``num_devices``; ValueError when impossible."""
         sizes = {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
-        bad = {k: v for k, v in sizes.items() if not isinstance(v, int) or (v < 1 and v != -1)}
-        if bad:
-            raise ValueError(f"mesh axis sizes must be positive ints or -1, got {bad}")
         rest = [k for k, v in sizes.items() if v == -1]
-        if len(rest) > 1:
-            raise ValueError(f"only one mesh axis may be -1, got {rest}")
         known = math.prod(v for v in sizes.values() if v != -1)
         if num_devices % known:
             raise ValueError(f"mesh {sizes} does not divide the {num_devices} devices "

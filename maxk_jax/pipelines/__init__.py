@@ -18,9 +18,8 @@ from maxk_jax.pipelines.compare import (TRAIN_STATS, aggregate, comparison_setti
 from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
 from maxk_jax.pipelines.config import (PipelineConfig, PipelineData, PipelineEval, TinyModelSettings,
                                        TokenizerSettings, WarmupPhase, apply_overrides, check_estimator, default_config,
-                                       distributed_settings, rl_config, rl_defaults, rl_run_config,
-                                       shortcut_overrides, synthetic_config, toy_config, uses_judge_cache,
-                                       validate_config, warmup_config)
+                                       rl_config, rl_defaults, shortcut_overrides, toy_config, uses_judge_cache,
+                                       validate_config)
 from maxk_jax.pipelines.config_dict import from_config_dict, section_dict, to_config_dict
 from maxk_jax.pipelines.evaluation import eval_problems, eval_sampler, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.methods import (REFERENCE, TABLE2_METHODS, VARIANTS, MethodEntry, MethodSpec,
@@ -32,11 +31,11 @@ __all__ = [
     "BASE_FORMAT_VERSION", "REFERENCE", "TABLE2_METHODS", "TRAIN_STATS", "VARIANTS", "MethodEntry",
     "MethodSpec", "MethodTable", "PhaseTimer", "PipelineConfig", "PipelineData", "PipelineEval",
     "TinyModelSettings", "TokenizerSettings", "WarmupPhase", "aggregate", "apply_method", "apply_overrides",
-    "base_key", "base_settings", "build_base", "check_estimator", "comparison_settings", "default_config", "distributed_settings",
+    "base_key", "base_settings", "build_base", "check_estimator", "comparison_settings", "default_config",
     "eval_problems", "eval_sampler", "evaluate_model", "from_config_dict", "lead_first", "load_trained",
     "method_spec", "open_judge", "plot_frontier", "plot_max_at_k", "prepare_base", "prepare_data",
-    "report_markdown", "results_markdown", "rl_config", "rl_defaults", "rl_run_config", "run_comparison",
-    "run_pipeline", "section_dict", "settings_hash", "shortcut_overrides", "synthetic_config",
+    "report_markdown", "results_markdown", "rl_config", "rl_defaults", "run_comparison",
+    "run_pipeline", "section_dict", "settings_hash", "shortcut_overrides",
     "to_config_dict", "toy_config", "training_stats", "uses_judge_cache", "validate_config",
-    "validate_methods", "warmup_config", "write_json",
+    "validate_methods", "write_json",
 ]

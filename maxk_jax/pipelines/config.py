@@ -228,11 +228,6 @@ def toy_config() -> PipelineConfig:
         "eval.sampler.n": 4, "eval.sampler.max_new_tokens": 16, "eval.num_problems": 2, "eval.batch_size": 8})
 
 
-def distributed_settings(cfg: PipelineConfig) -> DistributedSettings:
-    """The ``distributed`` section of the pipeline config (``rl_loop.initialize_distributed``)."""
-    return cfg.distributed
-
-
 def check_estimator(name: str) -> None:
     """ValueError naming `name` and the valid names unless it is a registry estimator."""
     from maxk_jax.estimators import list_estimators
@@ -267,32 +262,12 @@ def uses_judge_cache(cfg: PipelineConfig) -> bool:
     return cfg.executor_cache and cfg.data.dataset == "synthetic"
 
 
-def synthetic_config(cfg: PipelineConfig) -> SyntheticConfig:
-    """The synthetic family's `SyntheticConfig` (``cfg.synthetic``)."""
-    return cfg.synthetic
-
-
-def warmup_config(cfg: PipelineConfig) -> WarmupConfig:
-    """The warm-up's `maxk_jax.rl.warmup.WarmupConfig` (``cfg.warmup.config``)."""
-    return cfg.warmup.config
-
-
 def validate_config(cfg: PipelineConfig) -> None:
     """The checks construction cannot make: the model directory exists, and the RL run fits the
     devices (call after `jax.distributed` is initialised). ValueError naming the field."""
-    from maxk_jax.rl import loop as rl_loop
-
     if cfg.model.path and not os.path.isfile(os.path.join(cfg.model.path, "config.json")):
         raise ValueError(f"model_path={cfg.model.path!r} is not a Hugging Face directory (no config.json)")
-    run = cfg.rl
-    rl_loop.validate_config(replace_fields(run, {
-        "output_dir": run.output_dir or "<run>/rl", "model.path": run.model.path or cfg.model.path or "<base>",
-        "data.problems": run.data.problems or "<train>"}))
-
-
-def rl_run_config(cfg: PipelineConfig) -> RunConfig:
-    """The RL run config of the pipeline as configured (``cfg.rl``; see `rl_config`)."""
-    return cfg.rl
+    cfg.rl.validate()   # the paths of the RL run are filled in later (`rl_config`)
 
 
 def rl_config(cfg: PipelineConfig, model_path: str, out_dir: str, train_path: Optional[str]) -> RunConfig:

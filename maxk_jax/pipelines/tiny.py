@@ -76,7 +76,7 @@ def run_pipeline(cfg: PipelineConfig, *, overwrite: bool = False, progress: bool
     from maxk_jax.models.tokenizer import load_tokenizer
     from maxk_jax.rl import loop as rl_loop
 
-    rl_loop.initialize_distributed(cfg.distributed)   # before anything asks jax for its devices
+    cfg.distributed.initialize()   # before anything asks jax for its devices
     validate_config(cfg)
     lead = jax.process_index() == 0       # multi-host: process 0 owns the run directory
     multi = jax.process_count() > 1

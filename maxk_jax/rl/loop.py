@@ -67,9 +67,6 @@ from maxk_jax.rl import training
 from maxk_jax.data import load_dataset, load_problems, make_token_counter
 from maxk_jax.data.problem import Problem
 from maxk_jax.execution import Executor, JudgeCounter
-from maxk_jax.rl import config as config_lib
-from maxk_jax.rl.config import (initialize_distributed, num_rl_steps, step_config,  # noqa: F401
-                                train_ks, validate_config)                       # (public here too)
 from maxk_jax.rl.config_dict import to_config_dict
 from maxk_jax.rl.run_config import ProblemSource, RunConfig
 from maxk_jax.rl.metrics_log import MetricsLogger
@@ -180,8 +177,8 @@ def make_eval_fn(cfg: RunConfig, problems: Sequence[Problem], executor: Executor
     from maxk_jax.eval.run import EvalOptions, evaluate
 
     key = jax.random.key(cfg.eval.seed)
-    sampler = sampler.replace(settings=config_lib.eval_sampler(cfg), mesh=layout.mesh)
-    options = EvalOptions(ks=tuple(config_lib.eval_ks(cfg)), batch_size=cfg.eval.batch_size,
+    sampler = sampler.replace(settings=cfg.eval_sampler(), mesh=layout.mesh)
+    options = EvalOptions(ks=cfg.eval_ks(), batch_size=cfg.eval.batch_size,
                           sandbox_retries=cfg.rollout.sandbox_retries, progress=False,
                           host=multihost.batch_block(layout.mesh))
 
@@ -232,8 +229,12 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     from maxk_jax.models import convert, qwen2
     from maxk_jax.models.tokenizer import load_tokenizer
 
-    config_lib.initialize_distributed(cfg)  # before anything asks jax for its devices
-    cfg_step = config_lib.validate_config(cfg)
+    if not isinstance(cfg, RunConfig):
+        raise TypeError(f"the RL loop takes a RunConfig (maxk_jax.rl.config_dict.from_config_dict converts a "
+                        f"ConfigDict), got {type(cfg).__name__}")
+    cfg.distributed.initialize()  # before anything asks jax for its devices
+    cfg.require_paths()
+    cfg_step = cfg.validate()
     mesh = sharding_lib.make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
     hosts = multihost.batch_block(mesh)[1]
     if cfg.rollout.prompts % hosts:
@@ -261,7 +262,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
             param_dtype=cfg.model.dtype, **overrides)
         params = None
     model_config = model_config.replace(dtype=cfg.model.compute_dtype or cfg.model.dtype)
-    total = config_lib.num_rl_steps(cfg, len(problems))
+    total = cfg.num_rl_steps(len(problems))
     tx, schedule = training.make_optimizer(
         cfg.optim.learning_rate, total_steps=total * cfg.algo.ppo_iterations,
         schedule=cfg.optim.schedule, warmup_steps=cfg.optim.warmup_steps, b1=cfg.optim.b1,
@@ -299,7 +300,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
 
         executor = stack.enter_context(make_executor(cfg.rollout.executor))
     layout = RolloutLayout.create(model_config, mesh)
-    sampler = config_lib.rollout_sampler(cfg, model_config, tokenizer).replace(mesh=layout.mesh)
+    sampler = cfg.rollout_sampler(model_config, tokenizer).replace(mesh=layout.mesh)
     if eval_fn is None:
         eval_fn = make_eval_fn(cfg, problems_of_eval(cfg, tokenizer), executor, layout, sampler)
     lead = jax.process_index() == 0
@@ -366,7 +367,7 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
                              sandbox_retries=cfg.rollout.sandbox_retries)   # this host's share only
     del sampler                                      # the rollout copy is freed before the update
     everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
-    metrics = rollout_lib.rollout_metrics(everyone, config_lib.train_ks(cfg))
+    metrics = rollout_lib.rollout_metrics(everyone, cfg.train_ks())
     ctx.masked_streak = ctx.masked_streak + 1 if metrics["samples/masked"] == metrics["samples/total"] else 0
     if ctx.masked_streak > cfg.rollout.masked_steps_tolerated:
         seen = ", ".join(f"{name[len('status/'):]} {int(v)}" for name, v in sorted(metrics.items())

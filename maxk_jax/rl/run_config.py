@@ -5,13 +5,17 @@
                     rollout=RolloutConfig(prompts=8, sampler=SamplerSettings(n=4, max_new_tokens=64)))
     run = replace_fields(run, {"algo.loss.kl_beta": 0.0, "rollout.sampler.temperature": 0.7})
     step = run.step_config()          # training.StepConfig of the run
+    step = run.validate(num_devices)  # + the checks that need the devices (mesh, batch, optimizer)
+    sampler = run.rollout_sampler(model_config, tokenizer)   # sampling.Sampler template of the rollout
 
 Sections compose the settings objects of the library instead of re-declaring their fields: the
 sampling distribution is a ``sampling.SamplerSettings`` (rollout and evaluation), the loss a
 ``losses.LossConfig`` (``algo.loss``; its ``kind`` is the loss form), the mesh a
 ``sharding.MeshConfig``.  Every ``__post_init__`` raises ValueError naming the field and its value
-(``rollout.prompts=0 must be an int >= 1``).  Checks that need the devices or the model (batch vs
-mesh, stop ids from the tokenizer) are functions of ``maxk_jax.rl.config``.  The command line
+(``rollout.prompts=0 must be an int >= 1``).  What is derived from a run belongs to the run: the checks
+that need the devices (``RunConfig.validate``), the evaluation's sampler and k values, the number
+of RL steps, the rollout's `Sampler` (stop ids from the tokenizer) are methods of `RunConfig`;
+``DistributedSettings.initialize`` starts jax.distributed.  The command line
 holds the same tree as an ml_collections ConfigDict (``maxk_jax.rl.config_dict``: one conversion
 each way, the schema generated from these defaults).
 """
@@ -28,7 +32,7 @@ from maxk_jax.data.prompts import PROMPT_FORMATS
 from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
                              on_path, option_pairs)
 from maxk_jax.rl.training import StepConfig, loss_kind
-from maxk_jax.sampling import MIN_PROMPT_BUCKET, SamplerSettings
+from maxk_jax.sampling import MIN_PROMPT_BUCKET, Sampler, SamplerSettings
 from maxk_jax.sharding import MeshConfig
 
 DTYPES = ("float32", "bfloat16")
@@ -248,6 +252,15 @@ class DistributedSettings:
     num_processes: int = 1
     process_id: int = 0
 
+    def initialize(self) -> bool:
+        """``jax.distributed.initialize`` when ``enabled`` (explicit coordinator / process count / id
+        when ``coordinator_address`` is set, else auto-detected); call before jax sees its devices."""
+        from maxk_jax.sharding import maybe_initialize_distributed
+
+        kwargs = ({"coordinator_address": self.coordinator_address, "num_processes": self.num_processes,
+                   "process_id": self.process_id} if self.coordinator_address else {})
+        return maybe_initialize_distributed(bool(self.enabled), **kwargs)
+
     def __post_init__(self) -> None:
         check_type(self.enabled, "distributed.enabled", bool)
         check_type(self.coordinator_address, "distributed.coordinator_address", str)
@@ -346,10 +359,6 @@ class RunConfig:
             kind = SECTION_TYPES.get(f.name)
             if kind is not None and not isinstance(getattr(self, f.name), kind):
                 raise ValueError(f"{f.name}={getattr(self, f.name)!r} must be a {kind.__name__}")
-        sizes = {"data": self.mesh.data, "fsdp": self.mesh.fsdp, "tensor": self.mesh.tensor}
-        bad = {k: v for k, v in sizes.items() if not is_int(v) or (v < 1 and v != -1)}
-        if bad or sum(v == -1 for v in sizes.values()) > 1:
-            raise ValueError(f"mesh={sizes} must hold positive ints, at most one of them -1 (= the rest)")
         self.step_config()   # k vs n, the estimator's minimum k, the train step's sampling checks
 
     def step_config(self) -> StepConfig:
@@ -361,6 +370,69 @@ class RunConfig:
                               micro_batches=self.optim.micro_batches, logprob_chunk=self.model.logprob_chunk)
         except ValueError as err:
             raise ValueError(f"algo.{err}") from err
+
+    def require_paths(self) -> None:
+        """ValueError unless the fields a run needs are set: ``output_dir`` and ``model.path``."""
+        if not self.output_dir:
+            raise ValueError("output_dir is empty: set --config.output_dir=DIR")
+        if not self.model.path:
+            raise ValueError("model.path is empty: set --config.model.path=HF_QWEN2_DIR")
+
+    def validate(self, num_devices: int | None = None) -> StepConfig:
+        """The checks a RunConfig cannot make on its own (every field was checked when it was built):
+        the mesh against ``num_devices`` (default ``len(jax.devices())``), the batch against the mesh
+        and the micro-batches, the optimizer; ValueError naming the field, before any compilation.
+        Returns the `step_config`."""
+        import jax
+
+        from maxk_jax.rl.training import make_optimizer
+
+        step = self.step_config()
+        data, fsdp, _ = self.mesh.resolve(len(jax.devices()) if num_devices is None else num_devices)
+        step.check_batch(self.rollout.prompts * self.rollout.sampler.n, data * fsdp)
+        o = self.optim
+        make_optimizer(o.learning_rate, total_steps=max(o.warmup_steps, 1), schedule=o.schedule,
+                       warmup_steps=o.warmup_steps, weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm or None)
+        return step
+
+    def eval_sampler(self) -> SamplerSettings:
+        """The evaluation's sampler settings (``eval.sampler.max_new_tokens`` 0 = the rollout's)."""
+        s = self.eval.sampler
+        return dataclasses.replace(s, max_new_tokens=s.max_new_tokens or self.rollout.sampler.max_new_tokens)
+
+    def eval_ks(self) -> tuple[int, ...]:
+        """k values of the periodic evaluation: ``eval.ks`` or 1, 2, 4, ..., eval.sampler.n / 2."""
+        from maxk_jax.eval.run import default_ks
+
+        return tuple(self.eval.ks) if self.eval.ks else default_ks(self.eval.sampler.n)
+
+    def train_ks(self) -> list[int]:
+        """k values of the train-set pass@k / max@k metrics: {1, algo.k, n}."""
+        return sorted({1, self.algo.k, self.rollout.sampler.n})
+
+    def num_rl_steps(self, num_problems: int) -> int:
+        """``max_steps`` if set, else floor(epochs * problems / prompts per step); ValueError if 0."""
+        steps = self.max_steps or (self.data.epochs * num_problems) // self.rollout.prompts
+        if steps < 1:
+            raise ValueError(f"{num_problems} problems x {self.data.epochs} epochs give no full step of "
+                             f"rollout.prompts={self.rollout.prompts}")
+        return steps
+
+    def render_kwargs(self) -> dict[str, Any]:
+        """Prompt rendering options of ``data.chat`` / ``data.system_prompt``."""
+        from maxk_jax.data.prompts import DEFAULT_SYSTEM_PROMPT
+
+        system = {"default": DEFAULT_SYSTEM_PROMPT, "": None}.get(self.data.system_prompt, self.data.system_prompt)
+        return {"chat": self.data.chat, "system_prompt": system}
+
+    def rollout_sampler(self, model_config: Any, tokenizer: Any) -> Sampler:
+        """The run's `sampling.Sampler` template (no weights yet; each RL step gives it the rollout copy
+        with ``replace(params=...)``): ``rollout.sampler`` settings, stop ids ``rollout.eos_ids`` (empty =
+        the tokenizer's and the model's eos), the default pad id, the data section's prompt format and
+        rendering, ``rollout.min_prompt_bucket``."""
+        return Sampler.create(model_config, None, tokenizer, self.rollout.sampler, eos_ids=self.rollout.eos_ids,
+                              prompt_format=self.data.prompt_format, render_kwargs=self.render_kwargs(),
+                              min_prompt_bucket=self.rollout.min_prompt_bucket)
 
 
 SECTION_TYPES: dict[str, type] = {

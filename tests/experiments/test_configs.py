@@ -7,7 +7,6 @@ from experiments.configs import base, tiny, tiny_synthetic
 from maxk_jax.estimators import estimator_info
 from maxk_jax.pipelines import from_config_dict as pipeline_from_config_dict
 from maxk_jax.pipelines import rl_config
-from maxk_jax.rl import loop as rl_loop
 from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
 from maxk_jax.rl.run_config import replace_fields
 
@@ -18,11 +17,10 @@ def test_every_method_config_validates():
     runs = [from_config_dict(base.get_config(name)) for name in base.METHODS]
     runs.append(from_config_dict(tiny_synthetic.get_config()))
     for run in runs:
-        step = rl_loop.validate_config(replace_fields(run, {"model.path": "/model", "output_dir": "/out"}),
-                                       num_devices=8)
+        step = replace_fields(run, {"model.path": "/model", "output_dir": "/out"}).validate(num_devices=8)
         assert step.k <= step.n
     for name, method in base.METHODS.items():
-        step = rl_loop.step_config(from_config_dict(base.get_config(name)))
+        step = from_config_dict(base.get_config(name)).step_config()
         registry = estimator_info(method.estimator).loss_form
         assert (step.estimator, step.kind) == (method.estimator, registry if method.loss_kind == "auto"
                                                else method.loss_kind), name
@@ -33,8 +31,8 @@ def test_every_method_config_validates():
     assert (paper.rollout.sampler.n, paper.rollout.sampler.temperature, paper.rollout.sampler.top_p,
             paper.rollout.sampler.max_new_tokens, paper.optim.learning_rate, paper.algo.loss.kl_beta, paper.algo.loss.eps_low, paper.algo.ppo_iterations,
             paper.data.epochs) == (8, 1.0, 1.0, 256, 5e-6, 0.01, 0.2, 3, 1)
-    assert paper.name == "maxk_offpolicy" and rl_loop.step_config(from_config_dict(paper)).kind == "clipped"  # eq. 4
-    assert rl_loop.step_config(from_config_dict(base.get_config("maxk_offpolicy_is"))).kind == "is_weighted"  # §3.3
+    assert paper.name == "maxk_offpolicy" and from_config_dict(paper).step_config().kind == "clipped"  # eq. 4
+    assert from_config_dict(base.get_config("maxk_offpolicy_is")).step_config().kind == "is_weighted"  # §3.3
 
 
 def test_config_files_round_trip_through_the_typed_config():

@@ -188,12 +188,13 @@ def test_bad_configs_fail_before_loading_or_compiling(tmp_path, monkeypatch, cha
 
     monkeypatch.setattr(jax, "jit", no_compile)
     with pytest.raises(ValueError, match=message):
-        rl_loop.validate_config(cfg, num_devices=8)
+        cfg.require_paths()
+        cfg.validate(num_devices=8)
     with pytest.raises(ValueError, match=message):   # run() validates before anything else
         rl_loop.run(cfg)
     with pytest.raises(TypeError, match="takes a RunConfig"):   # the library takes no ConfigDict
         from maxk_jax.rl.config_dict import to_config_dict
-        rl_loop.validate_config(to_config_dict(cfg))
+        rl_loop.run(to_config_dict(cfg))
 
 
 # ------------------------------------------------------------------ with the model ----------

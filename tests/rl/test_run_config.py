@@ -8,7 +8,6 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from maxk_jax.rl import config as config_lib
 from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
 from maxk_jax.rl.losses import LossConfig
 from maxk_jax.rl.run_config import (AlgoSettings, DataSettings, EvalSettings, Method, ModelSettings,
@@ -56,7 +55,7 @@ def test_defaults_are_the_papers_hyperparameters():
     (lambda: RunConfig(seed=-1), r"seed=-1 must be an int >= 0"),
     (lambda: RunConfig(algo=AlgoSettings(k=9)), r"algo.k=9 must be an int with 1 <= k <= n=8"),
     (lambda: RunConfig(algo=AlgoSettings(estimator="tang_loo", k=1)), r"rejects k=1"),
-    (lambda: replace_fields(RunConfig(), {"mesh.data": -1}), r"mesh=.* at most one of them -1"),
+    (lambda: replace_fields(RunConfig(), {"mesh.data": -1}), r"^mesh=.*only one mesh axis may be -1"),
     (lambda: replace_fields(RunConfig(), {"rollout.bogus": 1}), r"RolloutConfig has no field 'bogus'"),
 ])
 def test_bad_fields_name_the_field_and_the_value(build, message):
@@ -198,10 +197,10 @@ def test_command_line_overrides_of_typed_fields(tmp_path):
     assert run.data.chat is True and run.model.logprob_chunk == 4096
     assert run.data.options == (("difficulty", "easy"), ("seed", 3))
     assert run.algo.loss.kind == "is_weighted" and run.rollout.sampler.temperature == 0.7
-    assert config_lib.eval_ks(run) == [1, 2, 4]
-    assert config_lib.render_kwargs(run)["chat"] is True
+    assert run.eval_ks() == (1, 2, 4)
+    assert run.render_kwargs()["chat"] is True
     default = _parse(tmp_path)
-    assert config_lib.eval_ks(default) == [1, 2, 4] and default.data.chat is None
+    assert default.eval_ks() == (1, 2, 4) and default.data.chat is None
     assert _parse(tmp_path, "--config.data.chat=false").data.chat is False
     with pytest.raises(ValueError, match="algo.estimator_options=.*unknown option"):
         _parse(tmp_path, "--config.algo.estimator=grpo", "--config.algo.estimator_options=(('p',2),)")
@@ -209,7 +208,7 @@ def test_command_line_overrides_of_typed_fields(tmp_path):
 
 def test_eval_sampler_defaults_to_the_rollout_length():
     run = replace_fields(RunConfig(), {"rollout.sampler.max_new_tokens": 100, "eval.sampler.n": 4})
-    assert config_lib.eval_sampler(run) == SamplerSettings(n=4, max_new_tokens=100)
+    assert run.eval_sampler() == SamplerSettings(n=4, max_new_tokens=100)
     run = replace_fields(run, {"eval.sampler.max_new_tokens": 7})
-    assert config_lib.eval_sampler(run).max_new_tokens == 7
-    assert config_lib.train_ks(run) == [1, 4, 8]
+    assert run.eval_sampler().max_new_tokens == 7
+    assert run.train_ks() == [1, 4, 8]
