@@ -22,7 +22,14 @@ Outputs in ``<runs_dir>/<name>/``:
                  p-values of maxk_offpolicy against every other method (paired over problems; each
                  problem's value is its mean over seeds); then max@k for every k.
   results.json   all numbers (per seed, per k); max_at_k.png: max@k vs k per method (mean over
-                 seeds, band = +-1 std over seeds), base model dashed; frontier.png: max@k vs KL.
+                 seeds, band = +-1 std over seeds), base model dashed; frontier.png: max@k vs KL;
+                 curves.png (with --config.rl.eval.interval > 0): max@1 and max@K vs RL step.
+
+The paper's Table 1 (GRPO on continuous and on binary rewards against the base model) on the
+testbed:
+
+    .venv/bin/python -m experiments.compare_methods --config=experiments/configs/tiny.py:testbed \
+        --methods=grpo,grpo_binary --reference=base --seeds=0,1,2 --name=table1
   <method>/seed<s>/{rl,eval}   the RL run and its evaluation; base/ the base evaluation.
 Finished (method, seed) runs are skipped when the command is repeated (resumable), as long as the
 settings are unchanged (checked against ``compare_config.json``).
@@ -38,7 +45,7 @@ from ml_collections import config_flags
 
 from experiments.configs import base as base_config
 from maxk_jax import cli, config_overrides, preflight
-from maxk_jax.pipelines import TABLE2_METHODS, from_config_dict, run_comparison, shortcut_overrides
+from maxk_jax.pipelines import REFERENCE, TABLE2_METHODS, from_config_dict, run_comparison, shortcut_overrides
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
 
@@ -50,8 +57,10 @@ def define_flags() -> None:
     with config_overrides.explained_errors("config", CONFIG):  # unknown --config.x: clear error
         config_flags.DEFINE_config_file("config", CONFIG, "Shared settings of every run (the tiny pipeline config); "
                                         "override with --config.<field>=<value>.", lock_config=False)
-    flags.DEFINE_list("methods", list(TABLE2_METHODS), "Estimators to compare (must include maxk_offpolicy, the "
-                      "reference of the Wilcoxon tests).")
+    flags.DEFINE_list("methods", list(TABLE2_METHODS), "Estimators to compare (must include --reference unless it "
+                      "is 'base').")
+    flags.DEFINE_string("reference", REFERENCE, "The row the Wilcoxon tests compare every other row with: a method "
+                        "of --methods, or 'base' (the base model: the paper's Table 1 question).")
     flags.DEFINE_list("seeds", ["0", "1"], "RL seeds (sampling keys and data order); each method runs once per seed.")
     flags.DEFINE_string("name", "compare_methods", "Output directory name under the runs directory.")
     flags.DEFINE_string("runs_dir", None, "Runs directory (default: config.runs_dir); the base-model cache is shared "
@@ -90,7 +99,8 @@ def main(argv: Sequence[str]) -> None:
         preflight.check_executor(cfg.executor)
     start = time.perf_counter()
     out = run_comparison(cfg, FLAGS.methods, seeds, name=FLAGS.name, method_table=base_config.METHODS,
-                         large_k=FLAGS.large_k, overwrite=FLAGS.overwrite, progress=FLAGS.progress)
+                         large_k=FLAGS.large_k, reference=FLAGS.reference, overwrite=FLAGS.overwrite,
+                         progress=FLAGS.progress)
     print(f"\nDone in {time.perf_counter() - start:.0f} s.\nTable: {out['results']}\nPlot: {out['plot']}")
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python -m experiments.tiny_pipeline                       # this config
     .venv/bin/python -m experiments.tiny_pipeline --config.rl.max_steps=40 --config.eval.sampler.n=32
     .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # seconds
+    .venv/bin/python -m experiments.compare_methods --config=experiments/configs/tiny.py:testbed ...
 
 Phases and their fields:
   synthetic   problem family and split (`maxk_jax.data.synthetic.SyntheticConfig` fields);
@@ -35,17 +36,20 @@ from __future__ import annotations
 
 import ml_collections
 
-from maxk_jax.pipelines.config import default_config, toy_config
+from maxk_jax.pipelines.config import default_config, testbed_config, toy_config
 from maxk_jax.pipelines.config_dict import to_config_dict
 
 
 def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
-    """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU), or with
-    ``--config=experiments/configs/tiny.py:toy`` the seconds-scale `get_toy_config`."""
+    """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU); with
+    ``--config=experiments/configs/tiny.py:toy`` the seconds-scale `get_toy_config`; with ``:testbed``
+    the Best-of-N testbed (`maxk_jax.pipelines.config.testbed_config`: large-k headroom, n = 256)."""
     if variant == "toy":
         return get_toy_config()
+    if variant == "testbed":
+        return to_config_dict(testbed_config())
     if variant:
-        raise ValueError(f"unknown variant {variant!r} in --config=.../tiny.py:<variant>; valid: toy")
+        raise ValueError(f"unknown variant {variant!r} in --config=.../tiny.py:<variant>; valid: toy, testbed")
     return to_config_dict(default_config())
 
 

@@ -15,9 +15,10 @@ from maxk_jax.pipelines.base_model import (BASE_FORMAT_VERSION, base_key, base_s
                                            prepare_base, prepare_data, settings_hash)
 from maxk_jax.pipelines.compare import (TRAIN_STATS, aggregate, comparison_settings, results_markdown,
                                         run_comparison, training_stats)
-from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
+from maxk_jax.pipelines.compare_plots import plot_eval_curves, plot_frontier, plot_max_at_k
 from maxk_jax.pipelines.config import (PipelineConfig, PipelineData, PipelineEval, TinyModelSettings,
                                        TokenizerSettings, WarmupPhase, apply_overrides, check_estimator, default_config,
+                                       testbed_config,
                                        rl_config, rl_defaults, shortcut_overrides, toy_config, uses_judge_cache,
                                        validate_config)
 from maxk_jax.pipelines.config_dict import from_config_dict, section_dict, to_config_dict
@@ -31,9 +32,9 @@ __all__ = [
     "BASE_FORMAT_VERSION", "REFERENCE", "TABLE2_METHODS", "TRAIN_STATS", "VARIANTS", "MethodEntry",
     "MethodSpec", "MethodTable", "PhaseTimer", "PipelineConfig", "PipelineData", "PipelineEval",
     "TinyModelSettings", "TokenizerSettings", "WarmupPhase", "aggregate", "apply_method", "apply_overrides",
-    "base_key", "base_settings", "build_base", "check_estimator", "comparison_settings", "default_config",
+    "base_key", "base_settings", "build_base", "check_estimator", "comparison_settings", "default_config", "testbed_config",
     "eval_problems", "eval_sampler", "evaluate_model", "from_config_dict", "lead_first", "load_trained",
-    "method_spec", "open_judge", "plot_frontier", "plot_max_at_k", "prepare_base", "prepare_data",
+    "method_spec", "open_judge", "plot_eval_curves", "plot_frontier", "plot_max_at_k", "prepare_base", "prepare_data",
     "report_markdown", "results_markdown", "rl_config", "rl_defaults", "run_comparison",
     "run_pipeline", "section_dict", "settings_hash", "shortcut_overrides",
     "to_config_dict", "toy_config", "training_stats", "uses_judge_cache", "validate_config",

@@ -22,7 +22,7 @@ import numpy as np
 from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.execution import Executor
 from maxk_jax.pipelines.base_model import prepare_base, prepare_data
-from maxk_jax.pipelines.compare_plots import plot_frontier, plot_max_at_k
+from maxk_jax.pipelines.compare_plots import plot_eval_curves, plot_frontier, plot_max_at_k
 from maxk_jax.pipelines.config import PipelineConfig, rl_config, uses_judge_cache
 from maxk_jax.pipelines.config_dict import to_config_dict
 from maxk_jax.pipelines.evaluation import eval_problems, eval_sampler, evaluate_model, load_trained, open_judge
@@ -65,16 +65,17 @@ def training_stats(rl_dir: str) -> dict[str, float]:
 # Aggregation
 # ----------------------------------------------------------------------------------------------
 def aggregate(base: EvalResult, runs: dict[str, dict[int, EvalResult]], large_k: int,
-              train_stats: dict[str, dict[int, dict[str, float]]] | None = None) -> dict[str, Any]:
+              train_stats: dict[str, dict[int, dict[str, float]]] | None = None,
+              reference: str = REFERENCE) -> dict[str, Any]:
     """Table numbers from EvalResults: ``runs[method][seed]``, `base` (one result); all on the same
     P problems in the same order with the same K k values. Per method and metric (pass@k, max@k):
     dataset mean per seed, mean and std (ddof=0) over seeds for every k; Wilcoxon tests of
-    `REFERENCE` vs every other row on seed-averaged per-problem values [P] at k = 1 and
+    `reference` (a method, or "base": the paper's Table 1 question) vs every other row on seed-averaged per-problem values [P] at k = 1 and
     `large_k`; 95 % bootstrap intervals (problems and seeds resampled) at k = 1 and `large_k`.
     Only k <= n/2 is reported (`maxk_jax.eval.bootstrap.reported_ks`). train_stats[method][seed]:
     `training_stats` records, aggregated the same way. Returns ``{"ks", "large_k", "num_problems",
     "methods": {name: {metric: {"mean", "std", "per_seed", "ci": {k: [low, high]}}, "train"?}},
-    "wilcoxon_vs_<REFERENCE>": {name: {metric: {k: test}}}}``."""
+    "reference": reference, "wilcoxon_vs_<reference>": {name: {metric: {k: test}}}}``."""
     from maxk_jax.eval.bootstrap import bootstrap_ci
     from maxk_jax.eval.compare import wilcoxon_test
 
@@ -96,7 +97,10 @@ def aggregate(base: EvalResult, runs: dict[str, dict[int, EvalResult]], large_k:
             raise ValueError(f"{method}: evaluated at other k values than the base")
         rows[method] = {"seeds": pp,
                         "per_problem": {m: np.mean([p[m] for p in pp.values()], axis=0) for m in ("pass_at_k", "max_at_k")}}
-    out: dict[str, Any] = {"ks": ks, "large_k": large_k, "num_problems": len(ids), "methods": {}}
+    if reference not in rows:
+        raise ValueError(f"reference={reference!r} is neither 'base' nor one of the methods {sorted(runs)}")
+    out: dict[str, Any] = {"ks": ks, "large_k": large_k, "num_problems": len(ids), "reference": reference,
+                           "methods": {}}
     for name, row in rows.items():
         entry: dict[str, Any] = {}
         for metric in ("pass_at_k", "max_at_k"):
@@ -117,11 +121,49 @@ def aggregate(base: EvalResult, runs: dict[str, dict[int, EvalResult]], large_k:
                                     "per_seed": {str(sd): st[key] for sd, st in by_seed.items()}}
                               for key in TRAIN_STATS}
         out["methods"][name] = entry
-    ref = rows[REFERENCE]["per_problem"]
-    out["wilcoxon_vs_" + REFERENCE] = {
+    ref = rows[reference]["per_problem"]
+    out["wilcoxon_vs_" + reference] = {
         name: {metric: {k: wilcoxon_test(row["per_problem"][metric][:, j], ref[metric][:, j])
                         for j, k in enumerate(base.ks) if k in (1, large_k)} for metric in ("pass_at_k", "max_at_k")}
-        for name, row in rows.items() if name != REFERENCE}
+        for name, row in rows.items() if name != reference}
+    return out
+
+
+def eval_curves(cfg: PipelineConfig, base: EvalResult, rl_dirs: dict[str, dict[int, str]],
+                large_k: int) -> dict[str, Any]:
+    """max@1 and max@`large_k` against the RL step, from the periodic evaluations in each run's
+    ``<rl_dir>/metrics.jsonl`` (``rl_dirs[method][seed]``): per method the steps, the per-seed
+    values and their mean / std (ddof=0) per k. The base model's values on the same problems are
+    the step-0 point when the in-loop evaluation samples exactly as the final one (same sampler
+    settings and seed: then its first problems' samples are the base evaluation's own). Returns
+    ``{"ks", "num_problems", "base": {k: value} | None, "methods": {name: {"steps", "mean", "std",
+    "per_seed"}}}``."""
+    ks = [1, large_k]
+    out: dict[str, Any] = {"ks": ks, "num_problems": None, "base": None, "methods": {}}
+    for method, by_seed in rl_dirs.items():
+        per_seed: dict[str, dict[int, list[float]]] = {}
+        steps: list[int] | None = None
+        for seed, rl_dir in by_seed.items():
+            with open(os.path.join(rl_dir, "metrics.jsonl"), encoding="utf-8") as f:
+                records = [json.loads(line) for line in f if line.strip()]
+            evals = [r for r in records if r.get(f"eval/max_at_k/{large_k}") is not None]
+            if not evals:
+                raise ValueError(f"{rl_dir!r} has no periodic evaluation with max@{large_k} (rl.eval.ks)")
+            these = [int(r["step"]) for r in evals]
+            if steps is not None and these != steps:
+                raise ValueError(f"{method}: seeds were evaluated at different steps ({steps} vs {these})")
+            steps = these
+            per_seed[str(seed)] = {k: [float(r[f"eval/max_at_k/{k}"]) for r in evals] for k in ks}
+        values = {k: np.array([v[k] for v in per_seed.values()]) for k in ks}   # [S, E]
+        out["methods"][method] = {"steps": steps, "per_seed": per_seed,
+                                  "mean": {k: values[k].mean(0).tolist() for k in ks},
+                                  "std": {k: values[k].std(0).tolist() for k in ks}}
+    limit = cfg.rl.eval.limit or len(base.problems)
+    out["num_problems"] = limit
+    if (cfg.rl.eval_sampler() == cfg.eval.sampler and cfg.rl.eval.seed == cfg.eval.seed
+            and limit <= len(base.problems)):
+        per = base.per_problem()["max_at_k"]
+        out["base"] = {k: float(np.nanmean(per[:limit, base.ks.index(k)])) for k in ks}
     return out
 
 
@@ -148,7 +190,8 @@ def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
     ks, big = agg["ks"], agg["large_k"]
     methods = agg["methods"]
     best = {(m, k): max(methods[n][m]["mean"][k] for n in methods) for m in ("max_at_k", "pass_at_k") for k in (1, big)}
-    tests = agg["wilcoxon_vs_" + REFERENCE]
+    reference = agg.get("reference", REFERENCE)
+    tests = agg["wilcoxon_vs_" + reference]
     head = ["Method", "max@1", f"max@{big}", "pass@1", f"pass@{big}", "p max@1", f"p max@{big}"]
     lines = ["# Method comparison (max@k paper, Tables 2-3, at laptop scale)", "", *setup, "",
              "| " + " | ".join(head) + " |", "|:--" + "|--:" * (len(head) - 1) + "|"]
@@ -157,11 +200,12 @@ def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
         for metric, k in (("max_at_k", 1), ("max_at_k", big), ("pass_at_k", 1), ("pass_at_k", big)):
             c = _cell(entry, metric, k)
             cells.append(f"**{c}**" if np.isclose(entry[metric]["mean"][k], best[(metric, k)]) else c)
-        if name == REFERENCE:
+        if name == reference:
             cells += ["—", "—"]
         else:
             cells += [_pval(tests[name]["max_at_k"][1]), _pval(tests[name]["max_at_k"][big])]
         label = f"{name} (paper's method)" if name == REFERENCE else name
+        label = f"{label} (reference of the tests)" if name == reference else label
         lines.append("| " + " | ".join([label] + cells) + " |")
     if any("train" in e for e in methods.values()):
         lines += ["", "## Update size (the same learning rate for every method)", "",
@@ -176,8 +220,8 @@ def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
     lines += ["", f"Values: dataset mean over {agg['num_problems']} test problems; mean ± std over RL seeds (the base "
               "model is evaluated once); [low, high]: 95 % bootstrap interval over problems and seeds. Only k <= n/2 "
               "is reported. Bold: best mean in the column. p: two-sided Wilcoxon signed-rank test of "
-              f"{REFERENCE} vs the row, paired over problems (per-problem unbiased max@k averaged over seeds); the sign "
-              f"says whether {REFERENCE} is higher (+) or lower (-) on average.", "",
+              f"{reference} vs the row, paired over problems (per-problem unbiased max@k averaged over seeds); the sign "
+              f"says whether {reference} is higher (+) or lower (-) on average.", "",
               "## max@k for every k (mean over seeds)", "",
               "| Method | " + " | ".join(f"max@{k}" for k in shown) + " |", "|:--" + "|--:" * len(shown) + "|"]
     for name, entry in methods.items():
@@ -218,14 +262,15 @@ def _upgraded(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[int], *, name: str,
-                   method_table: MethodTable, large_k: Optional[int] = None, overwrite: bool = False,
-                   progress: bool = True, executor: Optional[Executor] = None) -> dict[str, Any]:
+                   method_table: MethodTable, large_k: Optional[int] = None, reference: str = REFERENCE,
+                   overwrite: bool = False, progress: bool = True, executor: Optional[Executor] = None) -> dict[str, Any]:
     """Train and evaluate every (method, seed) of the pipeline config `cfg` (synthetic data, tiny
     base model); write results.md / results.json / max_at_k.png / frontier.png under
     ``<cfg.runs_dir>/<name>`` (module docstring). method_table: the named methods
     (`maxk_jax.pipelines.methods`); large_k: the table's large-k column (default and at most
-    ``eval.sampler.n // 2``: k <= n/2 only);
-    executor: the judge (default ``make_executor(cfg.executor)``, closed at the end). ValueError
+    ``eval.sampler.n // 2``: k <= n/2 only); reference: the row of the Wilcoxon tests (a method, or
+    "base"); with ``rl.eval.interval`` > 0 every run is also evaluated during training and
+    curves.png / the results' "curves" show max@1 and max@large_k against the RL step; executor: the judge (default ``make_executor(cfg.executor)``, closed at the end). ValueError
     for bad settings or a directory holding a comparison with other settings (unless
     `overwrite`). Returns ``{"out_dir", "results", "plot", "aggregate", "timings"}``."""
     from maxk_jax.eval.report import read_report
@@ -240,7 +285,10 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
     if cfg.data.dataset != "synthetic" or cfg.model.path:
         raise ValueError("compare_methods runs on the synthetic task from the tiny warmed-up model; "
                          "unset data.dataset / model.path")
-    methods = validate_methods(methods, cfg, method_table)
+    methods = validate_methods(methods, cfg, method_table, reference)
+    if cfg.rl.eval.interval and large_k not in cfg.rl.eval_ks():
+        raise ValueError(f"the curves need max@{large_k} from the periodic evaluation: rl.eval.ks "
+                         f"{list(cfg.rl.eval_ks())} lacks it (rl.eval.sampler.n >= {2 * large_k})")
     if isinstance(large_k, bool) or not isinstance(large_k, int) or not 1 <= large_k <= top:
         raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.sampler.n/2={top}] (k <= n/2)")
     out_dir = os.path.abspath(os.path.join(cfg.runs_dir, name))
@@ -294,7 +342,9 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                 runs[method][seed] = evaluated(eval_dir, lambda: load_trained(rl_dir, model_path).params,
                                                f"{method} seed {seed}")
                 stats[method][seed] = training_stats(rl_dir)
-        agg = aggregate(base, runs, large_k, stats)
+        agg = aggregate(base, runs, large_k, stats, reference)
+        curves = eval_curves(cfg, base, {m: {s: os.path.join(out_dir, m, f"seed{s}", "rl") for s in seeds}
+                                         for m in methods}, large_k) if cfg.rl.eval.interval else None
     finally:
         if own_judge:
             judge.close()
@@ -313,7 +363,10 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
     results = os.path.join(out_dir, "results.md")
     with open(results, "w", encoding="utf-8") as f:
         f.write(results_markdown(agg, setup))
-    write_json(os.path.join(out_dir, "results.json"), {**agg, "timings": timer.phases})
+    write_json(os.path.join(out_dir, "results.json"), {**agg, "curves": curves, "timings": timer.phases})
+    if curves:
+        plot_eval_curves(curves, os.path.join(out_dir, "curves.png"),
+                         f"during RL: max@k on the first {curves['num_problems']} test problems (mean ± std over seeds)")
     plot = os.path.join(out_dir, "max_at_k.png")
     plot_max_at_k(agg, plot, f"max@k after {rl.max_steps} RL steps (mean over {len(seeds)} seeds)")
     plot_frontier(agg, os.path.join(out_dir, "frontier.png"))

@@ -74,3 +74,31 @@ def plot_frontier(agg: dict[str, Any], path: str) -> None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
+
+
+def plot_eval_curves(curves: dict[str, Any], path: str, title: str) -> None:
+    """max@1 (left) and max@K (right) against the RL step per method (`compare.eval_curves`): mean
+    over seeds with a +-1 std band, the base model as step 0 (and a dashed level) when known."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    base = curves.get("base")
+    for ax, k in zip(axes, curves["ks"]):
+        if base is not None:
+            ax.axhline(base[k], ls="--", color="black", lw=1, label="base")
+        for name, entry in curves["methods"].items():
+            steps = ([0] if base is not None else []) + list(entry["steps"])
+            mean = np.array(([base[k]] if base is not None else []) + list(entry["mean"][k]))
+            std = np.array(([0.0] if base is not None else []) + list(entry["std"][k]))
+            line, = ax.plot(steps, mean, marker="o", ms=3, label=name)
+            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.set(xlabel="RL step", ylabel=f"max@{k}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -228,6 +228,27 @@ def toy_config() -> PipelineConfig:
         "eval.sampler.n": 4, "eval.sampler.max_new_tokens": 16, "eval.num_problems": 2, "eval.batch_size": 8})
 
 
+TESTBED_TEMPERATURE = 1.4
+
+
+def testbed_config() -> PipelineConfig:
+    """The Best-of-N testbed (README "A testbed with large-k headroom", calibrated with
+    experiments/calibrate_testbed.py): the main job's model and warm-up on scalar problems of
+    exactly three operations (``synthetic.list_fraction=0``, ``min_ops=max_ops=3``), sampled at
+    temperature 1.4 in the rollouts and every evaluation; n = 256 samples on 96 test problems (k <=
+    128); 96 RL steps with a periodic evaluation every 48 steps on the first 32 test problems (the
+    same sampler and key as the final evaluation, so the curves start at the base model)."""
+    d = default_config()
+    sampler = SamplerSettings(n=256, max_new_tokens=d.eval.sampler.max_new_tokens, temperature=TESTBED_TEMPERATURE)
+    return replace_fields(d, {
+        "name": "testbed",
+        "synthetic": dataclasses.replace(d.synthetic, list_fraction=0.0, min_ops=3, max_ops=3, num_test=96),
+        "eval.sampler": sampler, "eval.num_problems": 96,
+        "rl.max_steps": 96, "rl.rollout.sampler.temperature": TESTBED_TEMPERATURE,
+        "rl.eval.interval": 48, "rl.eval.dataset": "synthetic", "rl.eval.split": "test", "rl.eval.limit": 32, "rl.eval.sampler": sampler, "rl.eval.seed": d.eval.seed,
+        "rl.eval.batch_size": d.eval.batch_size})
+
+
 def check_estimator(name: str) -> None:
     """ValueError naming `name` and the valid names unless it is a registry estimator."""
     from maxk_jax.estimators import list_estimators
@@ -273,12 +294,16 @@ def validate_config(cfg: PipelineConfig) -> None:
 def rl_config(cfg: PipelineConfig, model_path: str, out_dir: str, train_path: Optional[str]) -> RunConfig:
     """The RL loop's `RunConfig`: ``cfg.rl`` with the seed, model, judge, multi-host settings, data
     (``train_path``: the synthetic train JSONL, or the dataset's train split) and output directory
-    filled in."""
+    filled in; on the synthetic data a periodic evaluation (``rl.eval.interval`` > 0) of
+    ``rl.eval.dataset="synthetic"`` evaluates this pipeline's test split (the JSONL beside
+    ``train_path``; ``rl.eval.limit`` of its first problems)."""
     changes: dict[str, Any] = {"seed": cfg.seed, "output_dir": out_dir, "model.path": model_path,
                                "rollout.executor": cfg.executor, "distributed": cfg.distributed}
     if cfg.data.dataset == "synthetic":
         changes.update({"data.problems": train_path, "data.dataset": "",
                         "data.prompt_format": "full" if cfg.model.path else "statement"})
+        if cfg.rl.eval.interval and cfg.rl.eval.dataset == "synthetic" and not cfg.rl.eval.problems and train_path:
+            changes["eval.problems"] = os.path.join(os.path.dirname(train_path), "test.jsonl")   # this split's
     else:
         changes.update({"data.dataset": cfg.data.dataset, "data.path": cfg.data.path,
                         "data.split": cfg.data.train_split, "data.options": cfg.data.options,

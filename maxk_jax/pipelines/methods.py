@@ -32,6 +32,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "maxk_offpolicy_loo1_is": ("maxk_offpolicy_is", {"baseline": "loo1"}, {}),
     # GRPO with half the learning rate (a smaller step at the same number of RL steps)
     "grpo_lowlr": ("grpo", {}, {"optim.learning_rate": 1.5e-4}),
+    # GRPO on the binary reward (1 when every test passes), the max@k paper's Table 1 second row
+    "grpo_binary": ("grpo", {}, {"rollout.reward": "binary"}),
 }
 
 
@@ -62,14 +64,17 @@ def apply_method(cfg: PipelineConfig, method: str, method_table: MethodTable) ->
     return dataclasses.replace(cfg, rl=rl)
 
 
-def validate_methods(methods: Sequence[str], cfg: PipelineConfig, method_table: MethodTable) -> list[str]:
-    """Known, distinct method names including `REFERENCE`; each validated with the pipeline config
-    (`validate_config`). ValueError naming the bad list or method."""
+def validate_methods(methods: Sequence[str], cfg: PipelineConfig, method_table: MethodTable,
+                     reference: str = REFERENCE) -> list[str]:
+    """Known, distinct method names including `reference` (the row the Wilcoxon tests compare
+    against; "base" = the base model, then one method is enough); each validated with the pipeline
+    config (`validate_config`). ValueError naming the bad list or method."""
     methods = list(methods)
-    if len(set(methods)) != len(methods) or len(methods) < 2:
-        raise ValueError(f"--methods must list at least two distinct estimators, got {methods}")
-    if REFERENCE not in methods:
-        raise ValueError(f"--methods must include {REFERENCE!r} (the reference of the Wilcoxon tests), got {methods}")
+    least = 1 if reference == "base" else 2
+    if len(set(methods)) != len(methods) or len(methods) < least:
+        raise ValueError(f"--methods must list at least {least} distinct estimator(s), got {methods}")
+    if reference != "base" and reference not in methods:
+        raise ValueError(f"--methods must include {reference!r} (the reference of the Wilcoxon tests), got {methods}")
     for m in methods:
         validate_config(apply_method(cfg, m, method_table))
     return methods

@@ -364,7 +364,8 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
     judge = JudgeCounter(executor)   # counts what THIS host's judge receives
     sampler = ctx.sampler.replace(params=ctx.rollout_layout.copy(state.params))   # decode layout
     ro = rollout_lib.collect(sampler, batch_problems, judge, key,
-                             sandbox_retries=cfg.rollout.sandbox_retries)   # this host's share only
+                             sandbox_retries=cfg.rollout.sandbox_retries,
+                             reward=cfg.rollout.reward)   # this host's share only
     del sampler                                      # the rollout copy is freed before the update
     everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
     metrics = rollout_lib.rollout_metrics(everyone, cfg.train_ks())

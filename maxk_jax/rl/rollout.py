@@ -43,6 +43,9 @@ from maxk_jax.judging import Completions, judge_completions
 from maxk_jax.execution import Executor
 
 STATUSES = ("ok", "sandbox_error", "invalid")
+# The reward the estimators train on: "fraction" = tests passed / tests run (the max@k paper's
+# continuous reward), "binary" = 1 when every test passes, else 0 (its Table 1 binary-reward GRPO).
+REWARDS = ("fraction", "binary")
 
 
 @dataclasses.dataclass
@@ -126,9 +129,11 @@ def _rewards(results: Sequence[ProblemResult]) -> tuple[np.ndarray, ...]:
 
 
 def collect(sampler: sampling.Sampler, problems: Sequence[Problem], executor: Executor, key: jax.Array, *,
-            sandbox_retries: int = 1) -> Rollout:
+            sandbox_retries: int = 1, reward: str = "fraction") -> Rollout:
     """Sample ``sampler.settings.n`` completions of every problem with ``key``, judge them (sandbox
-    errors re-judged `sandbox_retries` times), build the Batch.
+    errors re-judged `sandbox_retries` times), build the Batch. `reward` (`REWARDS`): what the
+    batch's rewards are -- the fraction of tests passed, or 1 / 0 for all tests passed; the
+    Rollout's ``rewards`` (its metrics) are always the fraction.
 
     Sample j of problem i uses ``jax.random.split(key, (P, n))[i, j]``. On a ``sampler.mesh``
     spanning several processes every host passes the same ``problems`` and ``key`` but samples,
@@ -139,6 +144,8 @@ def collect(sampler: sampling.Sampler, problems: Sequence[Problem], executor: Ex
     """
     if not problems:
         raise ValueError("collect needs at least one problem")
+    if reward not in REWARDS:
+        raise ValueError(f"reward={reward!r} is not one of {REWARDS}")
     start = time.perf_counter()
     all_prompts, all_inside = sampler.encode(problems)
     first, stop = multihost.host_row_range(len(problems), sampler.mesh)
@@ -155,7 +162,8 @@ def collect(sampler: sampling.Sampler, problems: Sequence[Problem], executor: Ex
     rewards, passed, total = _rewards(results)
     ids = answer_ids([r.behaviours for r in results], n)
     bucket = sampling.prompt_length_bucket(max(len(x) for x in all_prompts), sampler.min_prompt_bucket)
-    batch = build_batch(out.prompts, out.tokens, out.logprobs, out.mask, rewards, ids, pad_id=sampler.pad_id,
+    trained = rewards if reward == "fraction" else np.where(np.isnan(rewards), np.nan, (passed == total) * 1.0)
+    batch = build_batch(out.prompts, out.tokens, out.logprobs, out.mask, trained, ids, pad_id=sampler.pad_id,
                         min_prompt_bucket=bucket)
     return Rollout(batch=batch, rewards=rewards, passed=passed, total=total,
                    statuses=[tuple(r.statuses) for r in results], lengths=out.lengths,

@@ -29,6 +29,7 @@ from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.rl import losses
 from maxk_jax.data.prompts import PROMPT_FORMATS
+from maxk_jax.rl.rollout import REWARDS
 from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
                              on_path, option_pairs)
 from maxk_jax.rl.training import StepConfig, loss_kind
@@ -144,7 +145,9 @@ class RolloutConfig:
     and the model's eos); ``executor`` (embedded | embedded:N | http://host:port[,...] |
     sandboxfusion+http://...); ``sandbox_retries`` re-judgings of sandbox errors before masking;
     ``masked_steps_tolerated`` RL steps in a row in which every sample may be masked (no reward:
-    an unreachable or broken judge) before the run stops with an error (0: at the first); prompts are left-padded to ``sampling.prompt_length_bucket`` lengths >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128)."""
+    an unreachable or broken judge) before the run stops with an error (0: at the first);
+    ``reward`` what the estimators train on: "fraction" of tests passed (the paper's continuous
+    reward) or "binary" (1 when all pass); prompts are left-padded to ``sampling.prompt_length_bucket`` lengths >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128)."""
 
     SECTION: ClassVar[str] = "rollout"
     prompts: int = 16
@@ -155,9 +158,11 @@ class RolloutConfig:
     sandbox_retries: int = 1
     masked_steps_tolerated: int = 0
     min_prompt_bucket: int = MIN_PROMPT_BUCKET
+    reward: str = "fraction"
 
     def __post_init__(self) -> None:
         check_int(self.prompts, "rollout.prompts")
+        check_choice(self.reward, "rollout.reward", REWARDS)
         check_sampler(self.sampler, "rollout", min_new_tokens=1)
         if not self.sampler.temperature > 0:
             raise ValueError(f"rollout.sampler.temperature={self.sampler.temperature!r} must be a finite number > 0 "

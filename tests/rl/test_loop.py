@@ -215,6 +215,13 @@ def test_rollout_logprobs_match_training_forward_under_truncation(tiny_ckpt, pro
                          prompt_format="statement")
     with make_executor("embedded:2") as ex:
         ro = rollout.collect(smp, load_problems(problems_file)[:2], ex, jax.random.key(0))
+        binary = rollout.collect(smp, load_problems(problems_file)[:2], ex, jax.random.key(0), reward="binary")
+        with pytest.raises(ValueError, match="reward='pass' is not one of"):
+            rollout.collect(smp, load_problems(problems_file)[:2], ex, jax.random.key(0), reward="pass")
+    # the same samples; the batch trains on 1 / 0 for all tests passed, the metrics keep the fraction
+    np.testing.assert_array_equal(binary.batch.tokens, ro.batch.tokens)
+    np.testing.assert_array_equal(binary.rewards, ro.rewards)
+    np.testing.assert_array_equal(binary.batch.rewards, (ro.passed == ro.total).reshape(-1).astype(np.float32))
     sp = ro.batch.tokens.shape[1] - 12
     assert ro.batch.tokens.shape[0] == 8 and sp >= 16 and sp & (sp - 1) == 0   # power-of-two bucket
     assert ro.valid.all() and ro.rewards.shape == (2, 4)
