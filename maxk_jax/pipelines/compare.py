@@ -205,7 +205,7 @@ def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
         else:
             cells += [_pval(tests[name]["max_at_k"][1]), _pval(tests[name]["max_at_k"][big])]
         label = f"{name} (paper's method)" if name == REFERENCE else name
-        label = f"{label} (reference of the tests)" if name == reference else label
+        label = f"{label} (reference of the tests)" if name == reference != REFERENCE else label
         lines.append("| " + " | ".join([label] + cells) + " |")
     if any("train" in e for e in methods.values()):
         lines += ["", "## Update size (the same learning rate for every method)", "",

@@ -112,3 +112,59 @@ def test_settings_written_before_the_typed_options_still_resume():
     assert _upgraded(old) == new
     old["data"]["options_json"] = '{"seed": 1}'
     assert _upgraded(old) != new
+
+
+def test_the_base_model_as_the_reference_of_the_tests():
+    rng = np.random.default_rng(2)
+    base = rng.choice([0.0, 0.25, 0.5, 1.0], size=(60, 8))
+    worse = np.maximum(base - 0.25, 0.0)
+    agg = aggregate(eval_result(base), {"grpo": {0: eval_result(worse)}}, large_k=4, reference="base")
+    tests = agg["wilcoxon_vs_base"]
+    assert agg["reference"] == "base" and set(tests) == {"grpo"}
+    assert tests["grpo"]["max_at_k"][1]["mean_diff"] > 0 and tests["grpo"]["max_at_k"][1]["p_value"] < 0.01
+    assert "| base (reference of the tests) |" in results_markdown(agg, [])
+    with pytest.raises(ValueError, match="reference='bon_mean' is neither 'base' nor one of the methods"):
+        aggregate(eval_result(base), {"grpo": {0: eval_result(worse)}}, large_k=4, reference="bon_mean")
+
+
+def test_eval_curves_from_the_periodic_evaluations(tmp_path):
+    from maxk_jax.pipelines import testbed_config
+    from maxk_jax.pipelines.compare import eval_curves
+
+    cfg = testbed_config()   # in-loop evaluation = the final one's sampler and key: base at step 0
+    dirs = {}
+    for seed, shift in ((0, 0.0), (1, 0.1)):
+        rl = tmp_path / f"seed{seed}"
+        rl.mkdir()
+        recs = [{"step": 1, "ppo/kl_ref": 0.0}, {"step": 48, "eval/max_at_k/1": 0.2 + shift, "eval/max_at_k/128": 0.7},
+                {"step": 96, "eval/max_at_k/1": 0.3 + shift, "eval/max_at_k/128": 0.6 - shift}]
+        (rl / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        dirs[seed] = str(rl)
+    import dataclasses
+
+    row = np.repeat([0.0, 0.25, 0.5, 0.75], 64)        # mean reward 0.375, max@128 ~ 0.75
+    base = dataclasses.replace(eval_result(np.tile(row, (40, 1))), ks=(1, 128))   # 40 problems x n = 256
+    curves = eval_curves(cfg, base, {"grpo": dirs}, 128)
+    g = curves["methods"]["grpo"]
+    assert g["steps"] == [48, 96] and curves["num_problems"] == 32 and curves["ks"] == [1, 128]
+    assert g["mean"][1] == pytest.approx([0.25, 0.35]) and g["std"][128] == pytest.approx([0.0, 0.05])
+    assert curves["base"][1] == pytest.approx(0.375) and curves["base"][128] == pytest.approx(0.75)
+    other = replace_fields(cfg, {"rl.eval.seed": 0})   # another key: no base point
+    assert eval_curves(other, base, {"grpo": dirs}, 128)["base"] is None
+    with pytest.raises(ValueError, match="no periodic evaluation with max@64"):
+        eval_curves(cfg, base, {"grpo": dirs}, 64)
+    from maxk_jax.pipelines import plot_eval_curves
+
+    plot_eval_curves(curves, str(tmp_path / "curves.png"), "t")
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_reference_validation():
+    from maxk_jax.pipelines import validate_methods
+
+    cfg = toy_config()
+    assert validate_methods(["grpo_binary"], cfg, METHODS, "base") == ["grpo_binary"]
+    with pytest.raises(ValueError, match="must include 'maxk_offpolicy'"):
+        validate_methods(["grpo", "grpo_binary"], cfg, METHODS)
+    with pytest.raises(ValueError, match="at least 2 distinct"):
+        validate_methods(["grpo"], cfg, METHODS, "grpo")

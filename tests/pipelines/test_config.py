@@ -214,3 +214,28 @@ def test_the_documented_command_lines_use_the_typed_paths():
     assert len(found) >= 10, found
     missing = sorted(p for p in found if not any(has(t, p) for t in trees))
     assert not missing, f"documented --config paths that name no field: {missing}"
+
+
+def test_the_testbed_is_its_calibrated_point():
+    """The testbed config holds exactly the fields of the calibration point that met the target
+    (docs/testbed/calibration.jsonl), and is reachable as tiny.py:testbed."""
+    import json
+    import pathlib
+
+    from experiments.configs import tiny
+    from maxk_jax.pipelines import from_config_dict, testbed_config
+
+    rows = [json.loads(line) for line in (pathlib.Path(__file__).resolve().parents[2] / "docs" / "testbed" /
+                                          "calibration.jsonl").read_text().splitlines() if line.strip()]
+    (row,) = [r for r in rows if r["point"] == "testbed"]
+    assert row["target_met"] and row["n"] == 256 and row["num_problems"] == 96
+    cfg = testbed_config()
+    for path, value in row["changed"].items():
+        if path != "runs_dir":
+            obj = cfg
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            assert obj == value, path
+    assert cfg.synthetic.max_ops == 3 and cfg.rl.rollout.sampler.temperature == cfg.eval.sampler.temperature
+    assert from_config_dict(tiny.get_config("testbed")) == cfg
+    assert cfg.rl.eval_sampler() == cfg.eval.sampler and cfg.rl.eval.seed == cfg.eval.seed   # curves from the base
