@@ -289,7 +289,7 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
     mesh = sh.make_mesh(**parse_layout(layout))
     tx, schedule = training.make_optimizer(5e-6, total_steps=1000, mu_dtype=mu_dtype)
     state, shardings = training.abstract_train_state(config, tx, mesh)
-    batch = abstract_batch(mesh, sequences, prompt_len, completion_len, cfg.loss.kl_beta > 0)
+    batch = abstract_batch(mesh, sequences, prompt_len, completion_len, cfg.loss.needs_reference)
     step = training.make_train_step(config, cfg, tx, mesh, shardings, schedule=schedule)
     t0 = time.perf_counter()
     compiled = step.lower(state, batch).compile()

@@ -250,14 +250,27 @@ def comparison_settings(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequ
     return {"config": shared, "methods": list(methods), "seeds": list(seeds), "large_k": large_k}
 
 
+# Fields added after comparisons were first written, with the value every earlier run had.
+LATER_FIELDS = (("rl.rollout.reward", "fraction"), ("rl.algo.loss.ratio_level", "token"),
+                ("rl.algo.loss.kl_target", "reference"))
+
+
 def _upgraded(config: dict[str, Any]) -> dict[str, Any]:
     """A ``compare_config.json`` config written before the loader options were typed pairs
-    (``data.options_json``, a JSON object) in today's form (``data.options``, sorted pairs)."""
+    (``data.options_json``, a JSON object) in today's form (``data.options``, sorted pairs), and
+    with `LATER_FIELDS` it lacks set to the value its runs had."""
+    config = json.loads(json.dumps(config))
     data = config.get("data", {})
     if "options_json" in data:
-        options = sorted(json.loads(data["options_json"] or "{}").items())
-        config = {**config, "data": {**{k: v for k, v in data.items() if k != "options_json"},
-                                     "options": [list(p) for p in options]}}
+        options = sorted(json.loads(data.pop("options_json") or "{}").items())
+        data["options"] = [list(p) for p in options]
+    for path, value in LATER_FIELDS:
+        *heads, last = path.split(".")
+        node = config
+        for head in heads:
+            node = node.get(head) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.setdefault(last, value)
     return config
 
 

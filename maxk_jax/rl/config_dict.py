@@ -9,7 +9,7 @@ The tree has the typed config's shape and spelling: one section per `RunConfig` 
 composed setting is a sub-section under its field name -- ``rollout.sampler.{n, max_new_tokens,
 temperature, top_k, top_p}`` (``sampling.SamplerSettings``), ``eval.sampler.{...}``,
 ``algo.loss.{kind, eps_low, eps_high, kl_beta, kl_estimator, aggregation, entropy_coef,
-norm_length}`` (``losses.LossConfig``) -- so ``--config.rollout.sampler.n=4`` is the field
+norm_length, ratio_level, kl_target}`` (``losses.LossConfig``) -- so ``--config.rollout.sampler.n=4`` is the field
 ``run.rollout.sampler.n``. Two values are resolved on the way in: ``algo.loss.kind`` "auto" = the
 estimator's registry form, ``algo.loss.norm_length`` None = rollout.sampler.max_new_tokens when
 aggregation is "seq_sum_norm". An old flattened spelling (``rollout.n``, ``algo.loss_kind``) is an

@@ -252,7 +252,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     model_dir = os.path.abspath(cfg.model.path)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir)
     problems = load_problem_set(cfg.data, tokenizer)   # before the weights: a bad problem set fails fast
-    need_weights = cfg.algo.loss.kl_beta > 0 or not restoring
+    need_weights = cfg.algo.loss.needs_reference or not restoring
     overrides = {"remat": cfg.model.remat}
     if need_weights:
         model_config, params = convert.load_hf(model_dir, cfg.model.dtype, mesh=mesh, **overrides)
@@ -286,7 +286,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     else:
         state, _ = training.create_train_state(model_config, params, tx, mesh)
         start, rng = 0, jax.random.key(cfg.seed)
-    ref_params = params if cfg.algo.loss.kl_beta > 0 else None
+    ref_params = params if cfg.algo.loss.needs_reference else None
     if ref_params is not None and cfg.model.reference_dtype:
         ref_params = jax.tree.map(lambda x: x.astype(cfg.model.reference_dtype), ref_params)
     del params

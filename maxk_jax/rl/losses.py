@@ -79,6 +79,8 @@ import jax.numpy as jnp
 KINDS = ("clipped", "is_weighted")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = ("token", "sequence", "seq_sum_norm")
+RATIO_LEVELS = ("token", "sequence")   # ρ_t per token, or the paper's eq. 4 ρ_i = π_θ(y_i|x) / π_old(y_i|x)
+KL_TARGETS = ("reference", "old")      # KL to the frozen initial policy, or to π_old (eq. 4 as printed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +96,11 @@ class LossConfig:
     aggregation: "token" | "sequence" | "seq_sum_norm".
     entropy_coef: ≥ 0, weight of the entropy bonus (needs ``logits``).
     norm_length: the fixed length L of "seq_sum_norm" (e.g. max_new_tokens); required there.
+    ratio_level: "token" (ρ_t = π_θ(y_t|·)/π_old(y_t|·) per token, clipped per token) or
+      "sequence" (the max@k paper's eq. 4: ρ_i = π_θ(y_i|x)/π_old(y_i|x), the product over the
+      sequence, clipped once per sequence and shared by its tokens).
+    kl_target: "reference" (the frozen initial policy, needs ``ref_logp``) or "old" (π_old, as eq. 4
+      prints it: the KL term uses ``old_logp``).
     """
 
     kind: str = "clipped"
@@ -104,8 +111,19 @@ class LossConfig:
     aggregation: str = "sequence"
     entropy_coef: float = 0.0
     norm_length: int | None = None
+    ratio_level: str = "token"
+    kl_target: str = "reference"
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the loss needs the frozen reference policy's log-probs (a KL term to it)."""
+        return self.kl_beta > 0 and self.kl_target == "reference"
 
     def __post_init__(self) -> None:
+        if self.ratio_level not in RATIO_LEVELS:
+            raise ValueError(f"LossConfig.ratio_level={self.ratio_level!r} is not one of {RATIO_LEVELS}")
+        if self.kl_target not in KL_TARGETS:
+            raise ValueError(f"LossConfig.kl_target={self.kl_target!r} is not one of {KL_TARGETS}")
         if self.kind not in KINDS:
             raise ValueError(f"LossConfig.kind={self.kind!r} is not one of {KINDS}")
         if self.kl_estimator not in KL_ESTIMATORS:
@@ -180,6 +198,21 @@ def token_ratio(logp: jax.Array, old_logp: jax.Array, mask: jax.Array) -> jax.Ar
     return jnp.exp(_masked(logp, m) - _masked(old_logp, m))
 
 
+def level_log_ratio(logp: jax.Array, old_logp: jax.Array, mask: jax.Array, level: str = "token") -> jax.Array:
+    """log ρ at each counted token [B, T] (0 where masked): the token's own log-ratio ("token"), or
+    its sequence's summed log-ratio log π_θ(y|x) − log π_old(y|x) shared by every token of the
+    sequence ("sequence")."""
+    _check_tokens("logp", logp, mask)
+    _check_tokens("old_logp", old_logp, mask)
+    if level not in RATIO_LEVELS:
+        raise ValueError(f"level={level!r} is not one of {RATIO_LEVELS}")
+    m = _bool_mask(mask)
+    per_token = _masked(logp, m) - _masked(old_logp, m)
+    if level == "token":
+        return per_token
+    return jnp.where(m, jnp.sum(per_token, axis=-1, keepdims=True), 0.0)
+
+
 def trust_region_mask(ratio: jax.Array, advantages: jax.Array, mask: jax.Array,
                       eps_low: float, eps_high: float) -> jax.Array:
     """bool [B, T]: counted tokens whose gradient the clipped surrogate keeps (t ∉ C).
@@ -195,18 +228,19 @@ def trust_region_mask(ratio: jax.Array, advantages: jax.Array, mask: jax.Array,
 
 
 def clipped_surrogate(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array,
-                      mask: jax.Array, eps_low: float, eps_high: float) -> jax.Array:
+                      mask: jax.Array, eps_low: float, eps_high: float, level: str = "token") -> jax.Array:
     """Per-token −min(ρ_t A, clip(ρ_t, 1−eps_low, 1+eps_high) A): [B, T] (0 where masked).
 
     logp, old_logp, mask [B, T]; advantages [B] (stop-gradient).  Paper eq. 4 / GRPO / DAPO.
     Evaluated in the equivalent form −ρ_t A on kept tokens and the constant −clip(ρ_t) A on the
     clipped set C (where the min picks the clipped branch), so a clipped token whose ratio
-    overflows float32 gives a zero gradient instead of 0·inf = NaN.
+    overflows float32 gives a zero gradient instead of 0·inf = NaN. level: the ratio's level
+    (`level_log_ratio`); "sequence" = eq. 4's ρ_i on every token of sequence i.
     """
     _check_eps(eps_low, eps_high)
     _check_per_sequence("advantages", advantages, mask)
     m = _bool_mask(mask)
-    log_ratio = _masked(logp, m) - _masked(old_logp, m)
+    log_ratio = level_log_ratio(logp, old_logp, m, level)
     a = jax.lax.stop_gradient(advantages.astype(jnp.float32))
     keep = trust_region_mask(jax.lax.stop_gradient(jnp.exp(log_ratio)), a, m, eps_low, eps_high)
     ratio_kept = jnp.exp(jnp.where(keep, log_ratio, 0.0))
@@ -217,16 +251,17 @@ def clipped_surrogate(logp: jax.Array, old_logp: jax.Array, advantages: jax.Arra
 
 
 def is_weighted_surrogate(logp: jax.Array, old_logp: jax.Array, coefficients: jax.Array,
-                          mask: jax.Array, eps_low: float, eps_high: float) -> jax.Array:
+                          mask: jax.Array, eps_low: float, eps_high: float, level: str = "token") -> jax.Array:
     """Per-token −sg(c_b) · logp_t on trust-region tokens (t ∉ C), else 0: [B, T].
 
     logp, old_logp, mask [B, T]; coefficients [B] already contain the importance weights, so no
-    PPO ratio multiplies them.  Gradient: −c_b ∇logp_t on kept tokens (see module docstring).
+    PPO ratio multiplies them.  Gradient: −c_b ∇logp_t on kept tokens (see module docstring); the
+    trust region tests the ratio at `level` (`level_log_ratio`).
     """
     _check_per_sequence("coefficients", coefficients, mask)
     m = _bool_mask(mask)
     c = jax.lax.stop_gradient(coefficients.astype(jnp.float32))
-    ratio = jax.lax.stop_gradient(token_ratio(logp, old_logp, m))
+    ratio = jax.lax.stop_gradient(jnp.exp(level_log_ratio(logp, old_logp, m, level)))
     keep = trust_region_mask(ratio, c, m, eps_low, eps_high)
     return jnp.where(keep, -c[:, None] * _masked(logp, m), 0.0)
 
@@ -310,7 +345,7 @@ def policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mas
     """Total loss (to minimise) and scalar metrics for one batch.
 
     logp, old_logp, mask [B, T]; advantages [B] (A_i for kind "clipped", c_i for
-    "is_weighted"); ref_logp [B, T] (required when kl_beta > 0); logits [B, T, V] or the
+    "is_weighted"); ref_logp [B, T] (required when kl_beta > 0 with kl_target "reference"); logits [B, T, V] or the
     per-token entropy [B, T] already computed from them (e.g. ``maxk_jax.rl.logprobs``, without a
     [B, T, V] tensor; one of the two is required when entropy_coef > 0, never both).
     loss = agg(policy term) + β·agg(k) − entropy_coef·agg(H).
@@ -328,7 +363,7 @@ def policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mas
     _check_tokens("logp", logp, mask)
     _check_tokens("old_logp", old_logp, mask)
     _check_per_sequence("advantages", advantages, mask)
-    if config.kl_beta > 0 and ref_logp is None:
+    if config.needs_reference and ref_logp is None:
         raise ValueError(f"kl_beta={config.kl_beta} > 0 needs ref_logp, got None")
     if logits is not None and entropy is not None:
         raise ValueError("pass logits or entropy, not both")
@@ -343,13 +378,14 @@ def policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mas
     m = _bool_mask(mask)
     agg = lambda v: aggregate(v, m, config.aggregation, config.norm_length)  # noqa: E731
     eps_l, eps_h = config.eps_low, config.eps_high
+    level = config.ratio_level
     if config.kind == "clipped":
-        per_token = clipped_surrogate(logp, old_logp, advantages, m, eps_l, eps_h)
+        per_token = clipped_surrogate(logp, old_logp, advantages, m, eps_l, eps_h, level)
     else:
-        per_token = is_weighted_surrogate(logp, old_logp, advantages, m, eps_l, eps_h)
+        per_token = is_weighted_surrogate(logp, old_logp, advantages, m, eps_l, eps_h, level)
     loss_policy = agg(per_token)
 
-    ratio = jax.lax.stop_gradient(token_ratio(logp, old_logp, m))
+    ratio = jax.lax.stop_gradient(jnp.exp(level_log_ratio(logp, old_logp, m, level)))
     adv = jax.lax.stop_gradient(advantages.astype(jnp.float32))
     count = jnp.sum(m).astype(jnp.float32)
     kept = trust_region_mask(ratio, adv, m, eps_l, eps_h)
@@ -368,11 +404,16 @@ def policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mas
     }
 
     loss_kl = jnp.float32(0.0)
-    if ref_logp is not None:
+    if ref_logp is not None:   # KL to the reference: the term (kl_target "reference") or a metric
         kl_ref = agg(kl_penalty(logp, ref_logp, m, config.kl_estimator))
         metrics["kl_ref"] = jax.lax.stop_gradient(kl_ref)
-        if config.kl_beta > 0:
+        if config.needs_reference:
             loss_kl = config.kl_beta * kl_ref
+    if config.kl_target == "old":   # eq. 4 as printed: KL(π_θ || π_old)
+        kl_old = agg(kl_penalty(logp, old_logp, m, config.kl_estimator))
+        metrics["kl_old"] = jax.lax.stop_gradient(kl_old)
+        if config.kl_beta > 0:
+            loss_kl = config.kl_beta * kl_old
     loss_entropy = jnp.float32(0.0)
     if logits is not None:
         entropy = token_entropy(jnp.where(m[..., None], logits, 0))

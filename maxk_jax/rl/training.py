@@ -463,7 +463,7 @@ def make_train_step(model_config: qwen2.Qwen2Config, cfg: StepConfig, tx: optax.
         b = batch.tokens.shape[0]
         cfg.check_batch(b, ways)
         m = cfg.micro_batches
-        if cfg.loss.kl_beta > 0 and batch.ref_logp is None:
+        if cfg.loss.needs_reference and batch.ref_logp is None:
             raise ValueError(f"kl_beta={cfg.loss.kl_beta} > 0 needs batch.ref_logp, got None")
         counted = batch.completion_mask & batch.valid[:, None]
         total = _normaliser(counted, cfg.loss.aggregation)

@@ -112,6 +112,12 @@ def test_settings_written_before_the_typed_options_still_resume():
     assert _upgraded(old) == new
     old["data"]["options_json"] = '{"seed": 1}'
     assert _upgraded(old) != new
+    before = json.loads(json.dumps(new))     # written before rollout.reward / loss.ratio_level / kl_target
+    for section, key in (("rollout", "reward"), ("algo", None)):
+        if key:
+            del before["rl"][section][key]
+    del before["rl"]["algo"]["loss"]["ratio_level"], before["rl"]["algo"]["loss"]["kl_target"]
+    assert _upgraded(before) == new
 
 
 def test_the_base_model_as_the_reference_of_the_tests():

@@ -398,3 +398,42 @@ def test_bad_inputs_raise():
         losses.sequence_log_ratio(jnp.zeros(3), jnp.zeros(3), jnp.ones(3))
     with pytest.raises(ValueError, match="config must be a LossConfig"):
         losses.policy_loss(logp, logp, adv, mask, {"kind": "clipped"})  # type: ignore[arg-type]
+
+
+def test_sequence_level_ratio_is_eq4_and_kl_to_old():
+    """ratio_level="sequence": −min(ρ_i A_i, clip(ρ_i) A_i) with ρ_i = exp(Σ_t log ρ_t) per sequence
+    (value and gradient against a brute-force definition); kl_target="old": the KL term uses old_logp
+    and needs no reference log-probs."""
+    rng = np.random.default_rng(3)
+    b, t = 4, 5
+    logp = jnp.asarray(rng.normal(-1.0, 0.3, (b, t)), jnp.float32)
+    old = logp + jnp.asarray(rng.normal(0.0, 0.05, (b, t)), jnp.float32)
+    mask = jnp.asarray(np.arange(t)[None, :] < np.array([5, 3, 4, 1])[:, None])
+    adv = jnp.asarray([1.0, -0.5, 2.0, -1.0], jnp.float32)
+    cfg = LossConfig(kind="clipped", ratio_level="sequence", eps_low=0.05, eps_high=0.05)
+
+    def brute(lp):
+        per_seq = []
+        for i in range(b):
+            n = int(mask[i].sum())
+            rho = jnp.exp(jnp.sum(lp[i, :n] - old[i, :n]))
+            per_seq.append(-jnp.minimum(rho * adv[i], jnp.clip(rho, 0.95, 1.05) * adv[i]))
+        return jnp.mean(jnp.stack(per_seq))          # "sequence" aggregation: mean over sequences
+
+    ours = lambda lp: losses.policy_loss(lp, old, adv, mask, cfg)[0]  # noqa: E731
+    np.testing.assert_allclose(ours(logp), brute(logp), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jax.grad(ours)(logp), jax.grad(brute)(logp), rtol=1e-4, atol=1e-6)
+    token = losses.policy_loss(logp, old, adv, mask, LossConfig(kind="clipped", eps_low=0.05, eps_high=0.05))[0]
+    assert not np.isclose(float(token), float(ours(logp)))     # the two levels differ here
+    # KL to π_old: no ref_logp needed; the term is β · agg(k3(logp, old_logp))
+    kl_old = LossConfig(kl_beta=0.5, kl_target="old")
+    assert not kl_old.needs_reference and LossConfig(kl_beta=0.5).needs_reference
+    loss, metrics = losses.policy_loss(logp, old, adv, mask, kl_old)
+    plain = losses.policy_loss(logp, old, adv, mask, LossConfig())[0]
+    np.testing.assert_allclose(loss - plain, 0.5 * metrics["kl_old"], rtol=1e-3)   # float32 difference of sums
+    with pytest.raises(ValueError, match="needs ref_logp"):
+        losses.policy_loss(logp, old, adv, mask, LossConfig(kl_beta=0.5))
+    with pytest.raises(ValueError, match="ratio_level='seq' is not one of"):
+        LossConfig(ratio_level="seq")
+    with pytest.raises(ValueError, match="kl_target='ref' is not one of"):
+        LossConfig(kl_target="ref")
