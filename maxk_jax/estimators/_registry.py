@@ -152,9 +152,13 @@ def _build_rloo() -> EstimatorFn:
     return rloo
 
 
-def _build_bon_max(second: bool) -> EstimatorFn:
+def _build_bon_max(second: bool, divide_std: bool = False) -> EstimatorFn:
+    if not isinstance(divide_std, bool):
+        raise ValueError(f"divide_std must be a bool, got divide_std={divide_std!r}")
+
     def bon_max(rewards, *, k, log_ratio=None, mask=None, answer_ids=None):
-        """BoN-max advantage (App. A) [..., n]: only samples attaining the row maximum are non-zero."""
+        """BoN-max advantage (App. A) [..., n]: only samples attaining the row maximum are non-zero
+        (r_i - mean, or with ``divide_std`` (r_i - mean) / std: §4.3's "as in vanilla GRPO")."""
         r, k, m, keep = _common(rewards, k, mask, name="bon_max")
         rmax = jnp.max(jnp.where(m, r, -jnp.inf), axis=-1, keepdims=True)
         top = m & (r == rmax)
@@ -162,7 +166,8 @@ def _build_bon_max(second: bool) -> EstimatorFn:
             r2 = jnp.max(jnp.where(m & ~top, r, -jnp.inf), axis=-1, keepdims=True)
             adv = jnp.where(top & jnp.isfinite(r2), r - jnp.where(jnp.isfinite(r2), r2, 0), 0)
         else:
-            adv = jnp.where(top, masked_center(r, m), 0)
+            centred = masked_zscore(r, m, eps=1e-6, ddof=0) if divide_std else masked_center(r, m)
+            adv = jnp.where(top, centred, 0)
         return jnp.where(keep, adv, 0)
     bon_max.__name__ = "bon_max_second" if second else "bon_max_mean"
     return bon_max
@@ -193,9 +198,11 @@ def clamp_log_ratio(log_ratio: Array, clamp_delta: float | None) -> Array:
 
 
 def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
-                clamp_delta: float | None = None) -> EstimatorFn:
+                clamp_delta: float | None = None, zero_flat_rows: bool = False) -> EstimatorFn:
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got baseline={baseline!r}")
+    if not isinstance(zero_flat_rows, bool):
+        raise ValueError(f"zero_flat_rows must be a bool, got zero_flat_rows={zero_flat_rows!r}")
     _check_zscore_options(eps, ddof)
     _check_clamp_delta(clamp_delta)
     needs_lr = kind != "onpolicy"
@@ -205,6 +212,10 @@ def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
         """max@k policy-gradient coefficients [..., n] (see module docstring for the baseline)."""
         r, k, m, keep = _common(rewards, k, mask, name=name)
         lr = prepare_log_ratio(log_ratio, r.shape, required=needs_lr, estimator=name)
+        if zero_flat_rows:   # rows whose valid rewards are all equal carry no signal, only delta noise
+            hi = jnp.max(jnp.where(m, r, -jnp.inf), axis=-1, keepdims=True)
+            lo = jnp.min(jnp.where(m, r, jnp.inf), axis=-1, keepdims=True)
+            keep = keep & (hi > lo)
         if needs_lr:
             lr = clamp_log_ratio(lr, clamp_delta)
             out = _coefficients(r, lr, k, m)
@@ -287,14 +298,15 @@ def _build_majority(biased: bool, max_subsets: int) -> EstimatorFn:
 
 
 _ZS = dict(eps=1e-6, ddof=0)
-_MAXK = dict(baseline="zscore", eps=1e-6, ddof=0)
+_MAXK = dict(baseline="zscore", eps=1e-6, ddof=0, zero_flat_rows=False)
 # Default clamp of the off-policy pair: see README "clamp_delta" for the measurement behind it.
 DEFAULT_CLAMP_DELTA = 1.0
 _MAXK_OFF = dict(_MAXK, clamp_delta=DEFAULT_CLAMP_DELTA)
 _REGISTRY: dict[str, _Spec] = {
     "grpo": _Spec(_build_grpo, _ZS, "z-scored rewards (eq. 5)"),
     "rloo": _Spec(_build_rloo, {}, "leave-one-out mean baseline"),
-    "bon_max_mean": _Spec(lambda: _build_bon_max(False), {}, "BoN-max, mean baseline (App. A)"),
+    "bon_max_mean": _Spec(lambda **o: _build_bon_max(False, **o), dict(divide_std=False),
+                          "BoN-max, mean baseline (App. A)"),
     "bon_max_second": _Spec(lambda: _build_bon_max(True), {}, "BoN-max, second-best baseline (App. A)"),
     "bon_loo1": _Spec(_build_tang_loo, {}, "BoN LOO-1 (App. A)", min_k=2),
     "bon_mean": _Spec(_build_bon_mean, _ZS, "z-scored max@k transform r~ (App. A)"),

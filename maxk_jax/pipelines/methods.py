@@ -34,6 +34,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "grpo_lowlr": ("grpo", {}, {"optim.learning_rate": 1.5e-4}),
     # GRPO on the binary reward (1 when every test passes), the max@k paper's Table 1 second row
     "grpo_binary": ("grpo", {}, {"rollout.reward": "binary"}),
+    # the delta-noise isolation: the paper's method with rows of all-equal rewards contributing nothing
+    "maxk_offpolicy_zero_flat": ("maxk_offpolicy", {"zero_flat_rows": True}, {}),
+    # BoN-max-mean divided by the reward std, "as in vanilla GRPO" (§4.3); App. A does not divide
+    "bon_max_mean_std": ("bon_max_mean", {"divide_std": True}, {}),
 }
 
 
@@ -72,7 +76,7 @@ def validate_methods(methods: Sequence[str], cfg: PipelineConfig, method_table: 
     methods = list(methods)
     least = 1 if reference == "base" else 2
     if len(set(methods)) != len(methods) or len(methods) < least:
-        raise ValueError(f"--methods must list at least {least} distinct estimator(s), got {methods}")
+        raise ValueError(f"--methods must list at least {('one', 'two')[least - 1]} distinct estimator(s), got {methods}")
     if reference != "base" and reference not in methods:
         raise ValueError(f"--methods must include {reference!r} (the reference of the Wilcoxon tests), got {methods}")
     for m in methods:

@@ -249,3 +249,23 @@ def test_estimator_info_metadata():
                 E.get_estimator(name)(r, k=2, log_ratio=kw["log_ratio"])
     assert E.estimator_info("maxk_offpolicy").needs_log_ratio
     assert not E.estimator_info("grpo").needs_log_ratio
+
+
+def test_table2_isolation_options():
+    """zero_flat_rows zeroes the off-policy coefficients of rows whose valid rewards are all equal
+    (only delta noise there); bon_max_mean's divide_std divides the top samples' centred reward by
+    the row's reward std (ddof 0)."""
+    r = np.array([[0.5, 0.5, 0.5, 0.5], [0.0, 0.25, 1.0, 0.25]], np.float32)
+    lr = np.array([[0.3, -0.2, 0.1, 0.0], [0.1, 0.0, -0.1, 0.2]], np.float32)
+    plain = np.asarray(E.get_estimator("maxk_offpolicy")(r, k=2, log_ratio=lr))
+    flat = np.asarray(E.get_estimator("maxk_offpolicy", zero_flat_rows=True)(r, k=2, log_ratio=lr))
+    assert float(np.abs(plain[0]).max()) > 0.1          # z-scored delta noise on the flat row
+    np.testing.assert_array_equal(flat[0], 0.0)
+    np.testing.assert_allclose(flat[1], plain[1], rtol=1e-6)
+    base = np.asarray(E.get_estimator("bon_max_mean")(r, k=2))
+    scaled = np.asarray(E.get_estimator("bon_max_mean", divide_std=True)(r, k=2))
+    std = float(np.std(r[1]))
+    np.testing.assert_allclose(scaled[1], base[1] / (std + 1e-6), rtol=1e-5)
+    np.testing.assert_array_equal(scaled[0], 0.0)
+    with pytest.raises(ValueError, match="divide_std must be a bool"):
+        E.get_estimator("bon_max_mean", divide_std=1)

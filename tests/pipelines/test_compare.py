@@ -172,5 +172,5 @@ def test_reference_validation():
     assert validate_methods(["grpo_binary"], cfg, METHODS, "base") == ["grpo_binary"]
     with pytest.raises(ValueError, match="must include 'maxk_offpolicy'"):
         validate_methods(["grpo", "grpo_binary"], cfg, METHODS)
-    with pytest.raises(ValueError, match="at least 2 distinct"):
+    with pytest.raises(ValueError, match="at least two distinct"):
         validate_methods(["grpo"], cfg, METHODS, "grpo")
