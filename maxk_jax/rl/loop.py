@@ -20,7 +20,7 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
      log-ratios are exactly 0 there; "sampler" uses the sampler's log-probs.  Either way the
      sampler's disagreement with the trainer is logged, ``rollout/logprob_mismatch_{mean,max}``
      (|Δ log p| per counted completion token);
-  5. periodic evaluation (``maxk_jax.eval.run.evaluate_problems`` on ``eval.*`` problems,
+  5. periodic evaluation (``maxk_jax.eval.run.evaluate`` on ``eval.*`` problems,
      a fixed key so checkpoints are compared on the same sample keys);
   6. the metrics record is written, then (every ``checkpoint.interval`` steps and at the end)
      an orbax checkpoint: state ``{"step", "params", "opt_state"}`` plus metadata
@@ -207,7 +207,7 @@ class RunContext:
     total: int                        # RL steps of the run
     start: int                        # first RL step to run (> 0 when resumed)
     executor: Executor
-    sampler: Any                      # sampling.Sampler template: rollout settings on the rollout mesh, no weights
+    sampler: Sampler                  # the rollout settings on the rollout mesh, no weights (a template)
     train_step: Any                   # training.make_train_step(...)
     ref_fn: Any                       # reference log-prob pass (None without a KL term)
     ref_params: Any
