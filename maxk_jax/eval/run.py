@@ -50,6 +50,7 @@ from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.eval.result import EvalResult, ProblemResult
 from maxk_jax.judging import Completions, judge_completions
 from maxk_jax.execution import Executor
+from maxk_jax.fields import check_int
 from maxk_jax.sampling.sampler import Sampler
 
 
@@ -309,8 +310,7 @@ class EvalOptions:
         if self.ks is not None:
             object.__setattr__(self, "ks", tuple(self.ks))
         _positive_int(self.batch_size, "batch_size")
-        if isinstance(self.sandbox_retries, bool) or not isinstance(self.sandbox_retries, int) or self.sandbox_retries < 0:
-            raise ValueError(f"sandbox_retries={self.sandbox_retries!r} must be an int >= 0")
+        check_int(self.sandbox_retries, "sandbox_retries", 0)
         index, count = self.host
         if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
             raise ValueError(f"host must be (index, count) with 0 <= index < count, got {self.host!r}")

@@ -28,6 +28,7 @@ from maxk_jax.pipelines.config_dict import to_config_dict
 from maxk_jax.pipelines.evaluation import eval_problems, eval_sampler, evaluate_model, load_trained, open_judge
 from maxk_jax.pipelines.methods import REFERENCE, MethodTable, apply_method, validate_methods
 from maxk_jax.pipelines.phases import PhaseTimer, write_json
+from maxk_jax.rl.metrics_log import read_metrics
 
 if TYPE_CHECKING:
     from maxk_jax.eval.result import EvalResult
@@ -144,9 +145,8 @@ def eval_curves(cfg: PipelineConfig, base: EvalResult, rl_dirs: dict[str, dict[i
         per_seed: dict[str, dict[int, list[float]]] = {}
         steps: list[int] | None = None
         for seed, rl_dir in by_seed.items():
-            with open(os.path.join(rl_dir, "metrics.jsonl"), encoding="utf-8") as f:
-                records = [json.loads(line) for line in f if line.strip()]
-            evals = [r for r in records if r.get(f"eval/max_at_k/{large_k}") is not None]
+            evals = [r for r in read_metrics(os.path.join(rl_dir, "metrics.jsonl"))
+                     if r.get(f"eval/max_at_k/{large_k}") is not None]
             if not evals:
                 raise ValueError(f"{rl_dir!r} has no periodic evaluation with max@{large_k} (rl.eval.ks)")
             these = [int(r["step"]) for r in evals]

@@ -9,17 +9,33 @@ import numpy as np
 from maxk_jax.pipelines.methods import REFERENCE
 
 
-def plot_max_at_k(agg: dict[str, Any], path: str, title: str) -> None:
-    """One figure: max@k vs k per method (left) and its difference to the base model (right), log2 k
-    axis; mean over seeds with a +-1 std band; base dashed."""
+def _two_panels() -> tuple[Any, Any]:
+    """A headless matplotlib figure with two side-by-side panels (fig, axes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt.subplots(1, 2, figsize=(12, 4.6))
+
+
+def _save(fig: Any, axes: Any, title: str, path: str) -> None:
+    """Legend on the left panel, the title, then the PNG at `path`; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_max_at_k(agg: dict[str, Any], path: str, title: str) -> None:
+    """One figure: max@k vs k per method (left) and its difference to the base model (right), log2 k
+    axis; mean over seeds with a +-1 std band; base dashed."""
     ks = agg["ks"]
     base = np.array([agg["methods"]["base"]["max_at_k"]["mean"][k] for k in ks])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = _two_panels()
     for name, entry in agg["methods"].items():
         mean = np.array([entry["max_at_k"]["mean"][k] for k in ks])
         std = (np.array([entry["max_at_k"]["std"][k] for k in ks]) if entry["max_at_k"]["std"] is not None
@@ -36,24 +52,15 @@ def plot_max_at_k(agg: dict[str, Any], path: str, title: str) -> None:
         ax.set_xticks(ticks, [str(k) for k in ticks])
         ax.set(xlabel="k", ylabel=label)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, axes, title, path)
 
 
 def plot_frontier(agg: dict[str, Any], path: str) -> None:
     """max@1 and max@K against KL to the reference policy at the last RL step, one point per
     (method, seed) and a larger marker at each method's mean: the frontier view that separates a
     better estimator from a larger step (the base model sits at KL = 0)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     big = agg["large_k"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = _two_panels()
     base = agg["methods"]["base"]
     for ax, k in zip(axes, (1, big)):
         ax.scatter([0.0], [base["max_at_k"]["mean"][k]], marker="*", s=140, color="black", label="base")
@@ -68,23 +75,14 @@ def plot_frontier(agg: dict[str, Any], path: str) -> None:
                        color=pts.get_facecolor()[0], edgecolor="black", label=name)
         ax.set(xlabel="KL(policy || reference) at the last RL step", ylabel=f"max@{k}")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("max@k against the distance moved (one small point per seed, large = mean)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, axes, "max@k against the distance moved (one small point per seed, large = mean)", path)
 
 
 
 def plot_eval_curves(curves: dict[str, Any], path: str, title: str) -> None:
     """max@1 (left) and max@K (right) against the RL step per method (`compare.eval_curves`): mean
     over seeds with a +-1 std band, the base model as step 0 (and a dashed level) when known."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = _two_panels()
     base = curves.get("base")
     for ax, k in zip(axes, curves["ks"]):
         if base is not None:
@@ -97,8 +95,4 @@ def plot_eval_curves(curves: dict[str, Any], path: str, title: str) -> None:
             ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set(xlabel="RL step", ylabel=f"max@{k}")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, axes, title, path)

@@ -190,14 +190,6 @@ def sequence_log_ratio(logp: jax.Array, old_logp: jax.Array, mask: jax.Array) ->
     return jnp.sum(_masked(logp, m) - _masked(old_logp, m), axis=-1)
 
 
-def token_ratio(logp: jax.Array, old_logp: jax.Array, mask: jax.Array) -> jax.Array:
-    """ρ_t = exp(logp − old_logp): [B, T] float32, exactly 1 at masked positions."""
-    _check_tokens("logp", logp, mask)
-    _check_tokens("old_logp", old_logp, mask)
-    m = _bool_mask(mask)
-    return jnp.exp(_masked(logp, m) - _masked(old_logp, m))
-
-
 def level_log_ratio(logp: jax.Array, old_logp: jax.Array, mask: jax.Array, level: str = "token") -> jax.Array:
     """log ρ at each counted token [B, T] (0 where masked): the token's own log-ratio ("token"), or
     its sequence's summed log-ratio log π_θ(y|x) − log π_old(y|x) shared by every token of the

@@ -162,7 +162,8 @@ def collect(sampler: sampling.Sampler, problems: Sequence[Problem], executor: Ex
     rewards, passed, total = _rewards(results)
     ids = answer_ids([r.behaviours for r in results], n)
     bucket = sampling.prompt_length_bucket(max(len(x) for x in all_prompts), sampler.min_prompt_bucket)
-    trained = rewards if reward == "fraction" else np.where(np.isnan(rewards), np.nan, (passed == total) * 1.0)
+    trained = rewards if reward == "fraction" else np.where(
+        np.isnan(rewards), np.nan, np.array([r.correct_array() for r in results], np.float64))
     batch = build_batch(out.prompts, out.tokens, out.logprobs, out.mask, trained, ids, pad_id=sampler.pad_id,
                         min_prompt_bucket=bucket)
     return Rollout(batch=batch, rewards=rewards, passed=passed, total=total,

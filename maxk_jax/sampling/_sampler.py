@@ -449,8 +449,8 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
     (0, 1], empty or non-int prompts, out-of-vocabulary ids, prompts longer than
     ``max_position_embeddings - max_new_tokens`` and malformed keys.
     """
-    settings = SamplerSettings(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                               top_p=top_p)   # validates every setting
+    SamplerSettings(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                    top_p=top_p)   # raises for a bad setting (before the canonical copy below)
     check_int(max_new_tokens, "max_new_tokens")
     check_int(min_prompt_bucket, "min_prompt_bucket")
     multi = multihost.spans_processes(mesh)

@@ -26,7 +26,7 @@ import numpy as np
 
 from maxk_jax.data.problem import Problem
 from maxk_jax.data.prompts import PROMPT_FORMATS, encode_problems
-from maxk_jax.fields import check_int
+from maxk_jax.fields import check_int, int_tuple
 from maxk_jax.models.tokenizer_protocol import Tokenizer
 from maxk_jax.sampling._sampler import MIN_PROMPT_BUCKET, SampleOutput, SamplerSettings, generate
 
@@ -99,9 +99,9 @@ class Sampler:
             raise ValueError(f"settings={self.settings!r} must be a sampling.SamplerSettings")
         if self.prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"prompt_format={self.prompt_format!r} is not one of {PROMPT_FORMATS}")
-        if not self.eos_ids or any(isinstance(e, bool) or not isinstance(e, (int, np.integer)) or e < 0
-                                   for e in self.eos_ids):
-            raise ValueError(f"eos_ids={self.eos_ids!r} must be a non-empty tuple of ints >= 0")
+        int_tuple(self, "eos_ids", "eos_ids", 0)
+        if not self.eos_ids:
+            raise ValueError("eos_ids=() must name at least one stop id")
         check_int(self.pad_id, "pad_id", 0)
         check_int(self.min_prompt_bucket, "min_prompt_bucket")
 
@@ -113,7 +113,7 @@ class Sampler:
         """A `Sampler` with the default stop ids (`default_eos_ids`, when `eos_ids` is empty) and
         pad id (`default_pad_id`, when None)."""
         return cls(config=config, params=params, tokenizer=tokenizer, settings=settings,
-                   eos_ids=tuple(int(e) for e in (eos_ids or default_eos_ids(config, tokenizer))),
+                   eos_ids=tuple(eos_ids or default_eos_ids(config, tokenizer)),
                    pad_id=default_pad_id(config, tokenizer) if pad_id is None else pad_id, mesh=mesh,
                    prompt_format=prompt_format, render_kwargs=tuple(dict(render_kwargs or {}).items()),
                    min_prompt_bucket=min_prompt_bucket)
