@@ -173,6 +173,27 @@ def test_train_on_two_processes_matches_one_process_and_resumes(tiny_ckpt, probl
     assert sorted(os.listdir(two / "checkpoints")) == ["1", "2"]
 
 
+@pytest.mark.slow
+def test_stale_rollouts_on_two_processes_match_one_process(tiny_ckpt, problems_file, tmp_path, compile_cache):
+    """rollout.max_staleness=2 on 2 processes x 4 devices (each host's producer inline, its share of
+    the prompts) gives the metrics of 1 process x 8 devices (producer thread)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    stale = ["--config.rollout.max_staleness=2", "--config.algo.stale_correction=behaviour"]
+
+    def args(out_dir):
+        return [a.replace("--config.max_steps=2", "--config.max_steps=4") for a in
+                train_args(tiny_ckpt, problems_file, out_dir)] + stale
+
+    procs = start("experiments.train", args(two), processes=2, devices=4, cache=compile_cache,
+                  distributed=train_cluster_flags)
+    procs += start("experiments.train", args(one), processes=1, devices=8, cache=compile_cache, distributed=None)
+    finish(procs)
+    single, multi = read_metrics(one / "metrics.jsonl"), read_metrics(two / "metrics.jsonl")
+    assert [r["rollout/weight_version"] for r in multi] == [0, 0, 0, 1]
+    assert_same_metrics(single, multi)
+    assert sorted(os.listdir(two / "in_flight")) == [f"{s}.host{h}.pkl" for s in (3, 4) for h in (0, 1)]
+
+
 def eval_cluster_flags(port: int, i: int) -> list[str]:
     return ["--distributed", f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"]
 

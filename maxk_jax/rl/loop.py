@@ -63,6 +63,7 @@ from maxk_jax import checkpoint as ckpt_lib
 from maxk_jax import multihost
 from maxk_jax.rl import rollout as rollout_lib
 from maxk_jax import sharding as sharding_lib
+from maxk_jax.rl import producer as producer_lib
 from maxk_jax.rl import training
 from maxk_jax.data import load_dataset, load_problems, make_token_counter
 from maxk_jax.data.problem import Problem
@@ -218,6 +219,7 @@ class RunContext:
     model_dir: str
     state: training.TrainState
     rng: jax.Array
+    producer: producer_lib.RolloutProducer   # batch t from the weights of step max(0, t - rollout.max_staleness)
     masked_streak: int = 0            # RL steps in a row with every sample masked
 
 
@@ -313,11 +315,34 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     if lead:
         with open(os.path.join(cfg.output_dir, "config.json"), "w", encoding="utf-8") as f:
             f.write(to_config_dict(cfg).to_json_best_effort(indent=2))
+    producer = make_producer(cfg, problems, executor, sampler, start=start, total=total, rng=rng,
+                             ready=(producer_lib.load_in_flight(os.path.join(cfg.output_dir, "in_flight"), start)
+                                    if restoring and cfg.rollout.max_staleness else None))
+    stack.callback(producer.close)
     return RunContext(cfg=cfg, mesh=mesh, model_config=model_config, tokenizer=tokenizer,
                       problems=problems, total=total, start=start, executor=executor,
                       sampler=sampler, train_step=train_step, ref_fn=ref_fn, ref_params=ref_params,
                       eval_fn=eval_fn, rollout_layout=layout, checkpointer=ckpt, logger=logger, model_dir=model_dir,
-                      state=state, rng=rng)
+                      state=state, rng=rng, producer=producer)
+
+
+def make_producer(cfg: RunConfig, problems: Sequence[Problem], executor: Executor, sampler: Sampler, *,
+                  start: int, total: int, rng: jax.Array,
+                  ready: dict[int, producer_lib.Produced] | None = None) -> producer_lib.RolloutProducer:
+    """The run's `producer.RolloutProducer`: batch t = ``rollout.collect`` of step t's problems with the
+    sampler template given the weights of step max(0, t − rollout.max_staleness) and the t-th key of
+    the chain from ``rng`` (at step ``start``), judged by this host's ``executor``."""
+    s = cfg.rollout.max_staleness
+
+    def produce(index: int, weights: Any, key: jax.Array) -> producer_lib.Produced:
+        judge = JudgeCounter(executor)   # counts what THIS host's judge receives
+        batch_problems = step_problems(problems, index, cfg.rollout.prompts, cfg.seed, cfg.data.shuffle)
+        ro = rollout_lib.collect(sampler.replace(params=weights), batch_problems, judge, key,
+                                 sandbox_retries=cfg.rollout.sandbox_retries,
+                                 reward=cfg.rollout.reward)   # this host's share only
+        return producer_lib.Produced(index, producer_lib.weight_version(index, s), ro, judge.count)
+
+    return producer_lib.RolloutProducer(produce, max_staleness=s, start=start, total=total, rng=rng, ready=ready)
 
 
 def run(cfg: RunConfig, *, resume: bool = False, executor: Executor | None = None,
@@ -333,6 +358,7 @@ def run(cfg: RunConfig, *, resume: bool = False, executor: Executor | None = Non
         config_json = to_config_dict(cfg).to_json_best_effort()
         record: dict[str, Any] = {}
         checkpoint_s = 0.0
+        in_flight_dir = os.path.join(cfg.output_dir, "in_flight")
         bar = stack.enter_context(tqdm(range(ctx.start, ctx.total), initial=ctx.start, total=ctx.total,
                                        desc=cfg.name, disable=not progress))
         for step in bar:
@@ -341,10 +367,14 @@ def run(cfg: RunConfig, *, resume: bool = False, executor: Executor | None = Non
             record = ctx.logger.write(step + 1, metrics) if ctx.logger is not None else metrics
             t0 = time.perf_counter()   # log first: a kill after the save never loses a record
             if ctx.checkpointer.should_save(step + 1) or step + 1 == ctx.total:
+                if cfg.rollout.max_staleness:   # first: a kill between the two never leaves a step without it
+                    producer_lib.save_in_flight(in_flight_dir, step + 1, ctx.producer.in_flight(step + 1))
                 ctx.checkpointer.save(step + 1, _to_ckpt(ctx.state), {
                     "rl_step": step + 1, "data_position": (step + 1) * cfg.rollout.prompts,
                     "rng": ckpt_lib.encode_prng_key(ctx.rng), "model_dir": ctx.model_dir,
                     "config_json": config_json})
+                if cfg.rollout.max_staleness:
+                    producer_lib.prune_in_flight(in_flight_dir, ctx.checkpointer.all_steps() + [step + 1])
             checkpoint_s = time.perf_counter() - t0
             bar.set_postfix(reward=_fmt(record.get("reward/mean")), loss=_fmt(record.get("ppo/loss")))
     return record
@@ -357,16 +387,14 @@ def _fmt(value: float | None) -> str:
 def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Array
             ) -> tuple[training.TrainState, jax.Array, dict[str, float]]:
     """One RL step (see the module docstring) -> (new state, new rng, metrics)."""
-    cfg, mesh, executor, eval_fn = ctx.cfg, ctx.mesh, ctx.executor, ctx.eval_fn
+    cfg, mesh, eval_fn = ctx.cfg, ctx.mesh, ctx.eval_fn
     t_step = time.perf_counter()
-    batch_problems = step_problems(ctx.problems, step, cfg.rollout.prompts, cfg.seed, cfg.data.shuffle)
-    rng, key = jax.random.split(rng)
-    judge = JudgeCounter(executor)   # counts what THIS host's judge receives
-    sampler = ctx.sampler.replace(params=ctx.rollout_layout.copy(state.params))   # decode layout
-    ro = rollout_lib.collect(sampler, batch_problems, judge, key,
-                             sandbox_retries=cfg.rollout.sandbox_retries,
-                             reward=cfg.rollout.reward)   # this host's share only
-    del sampler                                      # the rollout copy is freed before the update
+    rng, _ = jax.random.split(rng)   # the producer draws batch `step`'s key from the same chain
+    ctx.producer.publish(step, lambda: ctx.rollout_layout.copy(state.params))   # decode layout, version `step`
+    t0 = time.perf_counter()
+    produced = ctx.producer.take(step)   # its rollout copy is freed once every batch of its version is made
+    wait_s = time.perf_counter() - t0
+    ro = produced.rollout
     everyone = rollout_lib.gather_rollout(ro, mesh)   # metrics inputs of all hosts, in problem order
     metrics = rollout_lib.rollout_metrics(everyone, cfg.train_ks())
     ctx.masked_streak = ctx.masked_streak + 1 if metrics["samples/masked"] == metrics["samples/total"] else 0
@@ -378,10 +406,13 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
             f"{ctx.masked_streak} step(s) in a row: the judge {cfg.rollout.executor!r} gave no reward; check "
             f"rollout.executor (or allow more with rollout.masked_steps_tolerated="
             f"{cfg.rollout.masked_steps_tolerated})")
-    judged = multihost.allgather_objects(judge.count)
+    judged = multihost.allgather_objects(produced.judged)
     metrics.update({f"samples/judged_host{i}": float(c) for i, c in enumerate(judged)})
     metrics["samples/judged"] = float(sum(judged))
-    batch = multihost.global_batch(ro.batch, mesh)   # this host's rows of the global batch
+    metrics["rollout/weight_version"] = float(produced.version)
+    metrics["rollout/staleness"] = float(step - produced.version)
+    host_batch = ro.batch.replace(behaviour_logp=ro.batch.old_logp) if cfg.corrects_behaviour else ro.batch
+    batch = multihost.global_batch(host_batch, mesh)   # this host's rows of the global batch
     t0 = time.perf_counter()
     if ctx.ref_fn is not None:
         batch = batch.replace(ref_logp=jax.block_until_ready(ctx.ref_fn(ctx.ref_params, batch)))
@@ -422,6 +453,7 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
         "time/sample_s": everyone.sample_seconds, "time/judge_s": everyone.judge_seconds,
         "time/ref_logp_s": ref_s,
         "time/train_s": train_s, "time/eval_s": eval_s, "time/step_s": time.perf_counter() - t_step,
+        "time/wait_rollout_s": wait_s,
         "perf/sample_tokens_per_s": generated / max(everyone.sample_seconds, 1e-9),
         "perf/train_tokens_per_s": seq_tokens / max(train_s, 1e-9),
         "samples/generated_tokens": generated, "data/position": float((step + 1) * cfg.rollout.prompts)})

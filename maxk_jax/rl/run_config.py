@@ -28,6 +28,7 @@ from typing import Any, ClassVar, NamedTuple
 from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.rl import losses
+from maxk_jax.rl.staleness import CORRECTIONS
 from maxk_jax.data.prompts import PROMPT_FORMATS
 from maxk_jax.rl.rollout import REWARDS
 from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
@@ -147,7 +148,9 @@ class RolloutConfig:
     ``masked_steps_tolerated`` RL steps in a row in which every sample may be masked (no reward:
     an unreachable or broken judge) before the run stops with an error (0: at the first);
     ``reward`` what the estimators train on: "fraction" of tests passed (the paper's continuous
-    reward) or "binary" (1 when all pass); prompts are left-padded to ``sampling.prompt_length_bucket`` lengths >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128)."""
+    reward) or "binary" (1 when all pass); ``max_staleness`` s: batch t is sampled with the weights
+    of step max(0, t − s) by a producer that overlaps with training (0 = synchronous; see
+    ``maxk_jax.rl.producer`` and ``algo.stale_correction``); prompts are left-padded to ``sampling.prompt_length_bucket`` lengths >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128)."""
 
     SECTION: ClassVar[str] = "rollout"
     prompts: int = 16
@@ -159,9 +162,11 @@ class RolloutConfig:
     masked_steps_tolerated: int = 0
     min_prompt_bucket: int = MIN_PROMPT_BUCKET
     reward: str = "fraction"
+    max_staleness: int = 0
 
     def __post_init__(self) -> None:
         check_int(self.prompts, "rollout.prompts")
+        check_int(self.max_staleness, "rollout.max_staleness", 0)
         check_choice(self.reward, "rollout.reward", REWARDS)
         check_sampler(self.sampler, "rollout", min_new_tokens=1)
         if not self.sampler.temperature > 0:
@@ -184,7 +189,10 @@ class AlgoSettings:
     method deviates -- and ``norm_length`` the fixed length of "seq_sum_norm"), and
     ``behaviour_logprobs``: where π_old of the PPO ratio and of the log-ratio δ comes from --
     "trainer" (the first PPO iteration's own forward pass: δ = 0 and ratio 1 exactly there) or
-    "sampler" (the sampler's cached-decode log-probs)."""
+    "sampler" (the sampler's cached-decode log-probs); ``stale_correction`` how batches from an
+    older sampler (``rollout.max_staleness`` > 0) are corrected -- "none", "tis" (coefficients times
+    min(π_old/μ, ``tis_cap``)) or "behaviour" (the off-policy estimators' δ is taken to the sampler μ:
+    first-order r̃′ for maxk_offpolicy, eq. 10 for maxk_offpolicy_exact); see ``maxk_jax.rl.staleness``."""
 
     SECTION: ClassVar[str] = "algo"
     estimator: str = "maxk_offpolicy"
@@ -194,6 +202,8 @@ class AlgoSettings:
     loss: losses.LossConfig = dataclasses.field(
         default_factory=lambda: losses.LossConfig(kl_beta=0.01))
     behaviour_logprobs: str = "trainer"
+    stale_correction: str = "none"
+    tis_cap: float = 2.0
 
     def __post_init__(self) -> None:
         info = estimator_info(self.estimator)   # ValueError "unknown estimator ..." naming the valid ones
@@ -206,6 +216,9 @@ class AlgoSettings:
         check_int(self.k, "algo.k")
         check_int(self.ppo_iterations, "algo.ppo_iterations")
         check_choice(self.behaviour_logprobs, "algo.behaviour_logprobs", BEHAVIOUR_LOGPROBS)
+        check_choice(self.stale_correction, "algo.stale_correction", CORRECTIONS)
+        check_real(self.tis_cap, "algo.tis_cap", "a finite number > 0",
+                   isinstance(self.tis_cap, (int, float)) and self.tis_cap > 0)
         if not isinstance(self.loss, losses.LossConfig):
             raise ValueError(f"algo.loss={self.loss!r} must be a losses.LossConfig")
 
@@ -370,11 +383,24 @@ class RunConfig:
         """The static train-step settings of the run (``training.StepConfig``)."""
         a = self.algo
         try:
-            return StepConfig(estimator=a.estimator, k=a.k, sampler=self.rollout.sampler,
+            step = StepConfig(estimator=a.estimator, k=a.k, sampler=self.rollout.sampler,
                               estimator_options=a.estimator_options, loss=a.loss,
-                              micro_batches=self.optim.micro_batches, logprob_chunk=self.model.logprob_chunk)
+                              micro_batches=self.optim.micro_batches, logprob_chunk=self.model.logprob_chunk,
+                              correction=a.stale_correction, tis_cap=a.tis_cap)
         except ValueError as err:
-            raise ValueError(f"algo.{err}") from err
+            raise ValueError(f"algo.{err}".replace("algo.correction=", "algo.stale_correction=")) from err
+        if self.rollout.max_staleness and a.behaviour_logprobs != "trainer":
+            raise ValueError(f"rollout.max_staleness={self.rollout.max_staleness} needs "
+                             f"algo.behaviour_logprobs='trainer' (π_old of the PPO clip is the learner's "
+                             f"own weights; the stale sampler's log-probs are the behaviour policy), got "
+                             f"{a.behaviour_logprobs!r}")
+        return step
+
+    @property
+    def corrects_behaviour(self) -> bool:
+        """True when the train batches carry the sampler's log-probs as the behaviour policy μ
+        (``rollout.max_staleness`` > 0 or a ``algo.stale_correction`` other than "none")."""
+        return bool(self.rollout.max_staleness) or self.algo.stale_correction != "none"
 
     def require_paths(self) -> None:
         """ValueError unless the fields a run needs are set: ``output_dir`` and ``model.path``."""

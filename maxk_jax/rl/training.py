@@ -57,10 +57,10 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from maxk_jax.rl import logprobs, losses
+from maxk_jax.rl import logprobs, losses, staleness
 from maxk_jax import sharding as sharding_lib
-from maxk_jax.fields import is_int
-from maxk_jax.estimators import estimator_info, get_estimator
+from maxk_jax.fields import check_real, is_int
+from maxk_jax.estimators import estimator_info, estimator_options, get_estimator
 from maxk_jax.models import qwen2
 from maxk_jax.sampling import SamplerSettings, top_k_mask, top_p_mask
 
@@ -84,7 +84,9 @@ class StepConfig:
     registry loss form, ``loss_kind(estimator)``; its ``kind`` is the form used); micro_batches:
     gradient accumulation steps (must divide the number of prompts); compute_entropy: entropy
     metric (a softmax pass over V); logprob_chunk: vocabulary columns per chunk of the log-prob
-    pass (``logprobs.completion_logprobs``'s vocab_chunk; None = ``logprobs.pick_vocab_chunk(V)``).
+    pass (``logprobs.completion_logprobs``'s vocab_chunk; None = ``logprobs.pick_vocab_chunk(V)``);
+    correction / tis_cap: how a batch with ``behaviour_logp`` (a stale or mismatched sampler) is
+    corrected, ``staleness.CORRECTIONS`` ("behaviour" only for estimators that read log-ratios).
     """
 
     estimator: str
@@ -95,6 +97,8 @@ class StepConfig:
     micro_batches: int = 1
     compute_entropy: bool = True
     logprob_chunk: int | None = None
+    correction: str = "none"
+    tis_cap: float = 2.0
 
     def __post_init__(self) -> None:
         if isinstance(self.estimator_options, Mapping):
@@ -115,6 +119,14 @@ class StepConfig:
             raise ValueError(f"micro_batches={self.micro_batches!r} must be an int >= 1")
         if self.logprob_chunk is not None and (not is_int(self.logprob_chunk) or self.logprob_chunk < 1):
             raise ValueError(f"logprob_chunk={self.logprob_chunk!r} must be an int >= 1 or None")
+        if self.correction not in staleness.CORRECTIONS:
+            raise ValueError(f"correction={self.correction!r} is not one of {staleness.CORRECTIONS}")
+        if self.correction == "behaviour" and not estimator_info(self.estimator).needs_log_ratio:
+            raise ValueError(f"correction='behaviour' feeds the behaviour log-ratio to the estimator, but "
+                             f"{self.estimator!r} reads no log-ratio (use maxk_offpolicy / maxk_offpolicy_exact, "
+                             "or 'tis')")
+        check_real(self.tis_cap, "tis_cap", "a finite number > 0",
+                   isinstance(self.tis_cap, (int, float)) and self.tis_cap > 0)
         fn = self.estimator_fn()
         rows = jax.ShapeDtypeStruct((1, s.n), jnp.float32)
         try:  # abstract evaluation only: checks k against the estimator's own minimum, no compile
@@ -132,6 +144,12 @@ class StepConfig:
     def kind(self) -> str:
         """The loss form actually used: "clipped" or "is_weighted" (``loss.kind``)."""
         return self.loss.kind
+
+    @property
+    def clamp_delta(self) -> float | None:
+        """The estimator's ``clamp_delta`` option (its registry default when unset; None = off)."""
+        options = {**estimator_options(self.estimator), **dict(self.estimator_options)}
+        return options.get("clamp_delta")
 
     def estimator_fn(self) -> Callable[..., jax.Array]:
         """``get_estimator(estimator, **estimator_options)`` (ValueError for unknown names)."""
@@ -165,6 +183,7 @@ class Batch:
     valid: jax.Array  # [B] bool: reward is not null
     answer_ids: jax.Array  # [B] int32 (majority_vote)
     ref_logp: jax.Array | None = None  # [B, T] float32 reference log-probs (KL)
+    behaviour_logp: jax.Array | None = None  # [B, T] float32 μ: the (possibly stale) sampler's log-probs
 
     @property
     def completion_len(self) -> int:
@@ -337,8 +356,17 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, own_old: jax.
     mb = mb.replace(old_logp=old_logp)
     log_ratio = losses.sequence_log_ratio(fixed, mb.old_logp, counted)
     rows = lambda x: x.reshape(-1, cfg.n)  # noqa: E731  [Bm] -> [Pm, n]
-    coef = cfg.estimator_fn()(rows(mb.rewards), k=cfg.k, log_ratio=rows(log_ratio),
-                              mask=rows(mb.valid), answer_ids=rows(mb.answer_ids)).reshape(-1)
+    stale: dict[str, jax.Array] = {}
+    log_w = to_behaviour = None
+    if mb.behaviour_logp is not None:   # a stale / mismatched sampler μ: staleness.py
+        log_w = losses.sequence_log_ratio(mb.old_logp, mb.behaviour_logp, counted)       # log π_old/μ
+        to_behaviour = losses.sequence_log_ratio(fixed, mb.behaviour_logp, counted)      # log π_θ/μ
+        stale = _stale_metrics(cfg, log_w, to_behaviour, mb.valid, rows)
+    coef = staleness.corrected_coefficients(
+        cfg.estimator_fn(), rows(mb.rewards), k=cfg.k, correction=cfg.correction, tis_cap=cfg.tis_cap,
+        log_ratio_old=rows(log_ratio), log_w=None if log_w is None else rows(log_w),
+        to_behaviour=None if to_behaviour is None else rows(to_behaviour), mask=rows(mb.valid),
+        answer_ids=rows(mb.answer_ids)).reshape(-1)
     coef = jax.lax.stop_gradient(coef.astype(jnp.float32))
     nonfinite = jnp.sum(mb.valid & ~jnp.isfinite(coef)).astype(jnp.float32)
     loss, metrics = losses.policy_loss(
@@ -361,8 +389,37 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, own_old: jax.
         nonfinite_coefficients=nonfinite,
         **{f"delta_gt_{t:g}_count": jnp.sum(v & (jnp.abs(seq_ratio - 1.0) > t)).astype(jnp.float32)
            for t in DELTA_THRESHOLDS},
-        rows_below_k=jnp.sum(jnp.sum(rows(v), axis=-1) < cfg.k).astype(jnp.float32))
+        rows_below_k=jnp.sum(jnp.sum(rows(v), axis=-1) < cfg.k).astype(jnp.float32), **stale)
     return loss * weight, (metrics, jnp.where(mb.completion_mask, fixed, 0.0))
+
+
+def _stale_metrics(cfg: StepConfig, log_w: jax.Array, to_behaviour: jax.Array, valid: jax.Array,
+                   rows: Callable[[jax.Array], jax.Array]) -> dict[str, jax.Array]:
+    """Per-micro-batch sums of the behaviour-ratio statistics (combined in `_combine`): log_w [Bm]
+    = log π_old/μ, to_behaviour [Bm] = log π_θ/μ, valid [Bm]."""
+    clamped = staleness.clamped(cfg.correction, log_w, to_behaviour, valid, tis_cap=cfg.tis_cap,
+                                clamp_delta=cfg.clamp_delta)
+    ess = staleness.row_ess_fraction(rows(log_w), rows(valid))
+    has = jnp.isfinite(ess)
+    big = jnp.float32(jnp.inf)
+    return dict(stale_log_w_abs_sum=jnp.sum(jnp.where(valid, jnp.abs(log_w), 0.0)),
+                stale_log_w_min=jnp.min(jnp.where(valid, log_w, big)),
+                stale_log_w_max=jnp.max(jnp.where(valid, log_w, -big)),
+                stale_clamped_count=jnp.sum(clamped).astype(jnp.float32),
+                stale_ess_sum=jnp.sum(jnp.where(has, ess, 0.0)), stale_ess_rows=jnp.sum(has).astype(jnp.float32),
+                stale_ess_min=jnp.min(jnp.where(has, ess, big)))
+
+
+def _combine_stale(mb: dict[str, jax.Array], valid: jax.Array) -> dict[str, jax.Array]:
+    """The `_stale_metrics` of all micro-batches -> ``stale_*`` batch metrics (see staleness.py)."""
+    nan = jnp.float32(jnp.nan)
+    rows = jnp.sum(mb["stale_ess_rows"])
+    return dict(stale_log_ratio_abs_mean=jnp.sum(mb["stale_log_w_abs_sum"]) / valid,
+                stale_ratio_min=jnp.where(valid > 0, jnp.exp(jnp.min(mb["stale_log_w_min"])), nan),
+                stale_ratio_max=jnp.where(valid > 0, jnp.exp(jnp.max(mb["stale_log_w_max"])), nan),
+                stale_clamped_fraction=jnp.sum(mb["stale_clamped_count"]) / valid,
+                stale_ess_fraction_mean=jnp.where(rows > 0, jnp.sum(mb["stale_ess_sum"]) / rows, nan),
+                stale_ess_fraction_min=jnp.where(rows > 0, jnp.min(mb["stale_ess_min"]), nan))
 
 
 def _combine(mb: dict[str, jax.Array], weights: jax.Array) -> dict[str, jax.Array]:
@@ -395,6 +452,8 @@ def _combine(mb: dict[str, jax.Array], weights: jax.Array) -> dict[str, jax.Arra
         valid_samples=valid, rows_below_k=jnp.sum(mb["rows_below_k"]),
         logprob_mismatch_mean=jnp.sum(mb["mismatch_sum"]) / jnp.maximum(jnp.sum(mb["counted_tokens"]), 1.0),
         logprob_mismatch_max=jnp.max(mb["mismatch_max"]))
+    if "stale_ess_rows" in mb:
+        out.update(_combine_stale(mb, valid))
     return out
 
 

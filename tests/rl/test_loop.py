@@ -14,66 +14,13 @@ import pytest
 from maxk_jax.rl import loop as rl_loop
 from maxk_jax.rl import rollout
 from maxk_jax.rl import training
-from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
 from maxk_jax.estimators import max_at_k
 from maxk_jax.rl.metrics_log import MetricsLogger, deterministic, read_metrics
-from maxk_jax.rl.run_config import RunConfig, replace_fields
+from maxk_jax.rl.run_config import replace_fields
 from maxk_jax.sampling import Sampler, SamplerSettings
+from tests.rl.fixtures import echo_problem, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-# ------------------------------------------------------------------ fixtures ----------------
-
-def echo_problem(i: int) -> Problem:
-    """A tiny stdio problem: print the integer read (3 tests, partial credit possible)."""
-    cases = (StdioCase("0", "0"), StdioCase("1", "1"), StdioCase(str(5 + i), str(5 + i)))
-    return Problem(id=f"fixture/{i}", source="fixture", prompt=f"Read x and print x. ({i})",
-                   tests=StdioTests(cases))
-
-
-WARM_ANSWERS = ("print(input())", "print(0)", "print(1)", "print(int(input())+1)")
-
-
-@pytest.fixture(scope="module")
-def warm_ckpt(tmp_path_factory, tiny_ckpt):
-    """The tiny checkpoint after a short supervised warm-up on a mix of right, partly right
-    (1/3 of the tests) and wrong answers to the fixture problems, so sampled rewards vary within
-    a prompt group (real judged rewards, non-zero advantages)."""
-    from maxk_jax.rl import warmup
-    from maxk_jax.models import convert
-    from maxk_jax.models.tokenizer import load_tokenizer
-
-    config, params = convert.load_hf(tiny_ckpt)
-    tok = load_tokenizer(tiny_ckpt)
-    examples = [warmup.encode_example(tok, echo_problem(i).prompt, a)
-                for i in range(6) for a in WARM_ANSWERS]
-    result = warmup.run_warmup(config, params, examples, warmup.WarmupConfig(
-        steps=60, seed=0, batch_size=24, learning_rate=1e-2, length_bucket=16), progress=False)
-    out = tmp_path_factory.mktemp("warm")
-    convert.save_hf(config, result.params, out)
-    tok.save_pretrained(out)
-    return str(out)
-
-
-@pytest.fixture(scope="module")
-def problems_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("problems") / "fixture.jsonl"
-    save_problems([echo_problem(i) for i in range(6)], path)
-    return str(path)
-
-
-def small_config(model_path, problems, out_dir, **changes):
-    """A laptop-scale RunConfig (tiny model, CPU) built directly; ``changes``: dotted paths."""
-    cfg = replace_fields(RunConfig(), {
-        "name": "small", "model.path": model_path, "output_dir": str(out_dir),
-        "model.compute_dtype": "float32", "model.remat": False,
-        "data.dataset": "", "data.problems": problems, "data.prompt_format": "statement",
-        "rollout.prompts": 2, "rollout.sampler": SamplerSettings(n=4, max_new_tokens=12),
-        "rollout.executor": "embedded:2", "algo.k": 2, "optim.learning_rate": 1e-3,
-        "mesh.data": -1, "mesh.fsdp": 1, "checkpoint.interval": 2, "checkpoint.keep": 2,
-        "eval.dataset": "synthetic", "eval.limit": 32, "eval.sampler.max_new_tokens": 64})
-    return replace_fields(cfg, changes)
 
 
 # ------------------------------------------------------------------ pure helpers ------------
@@ -254,15 +201,22 @@ def _args(tiny_ckpt, problems_file, out_dir):
             "--config.rollout.executor=embedded:2", "--config.algo.k=2", "--config.max_steps=4",
             "--config.checkpoint.interval=2", "--config.log.tensorboard=false", "--config.mesh.data=-1",
             "--config.eval.interval=2", "--config.eval.dataset=", f"--config.eval.problems={problems_file}",
-            "--config.eval.limit=2", "--config.eval.sampler.n=2", "--config.eval.ks=(1,2)",
+            "--config.eval.limit=2", "--config.eval.sampler.n=4", "--config.eval.ks=(1,2)",
             "--config.eval.sampler.max_new_tokens=8"]
 
 
+STALE = ["--config.rollout.max_staleness=2", "--config.algo.stale_correction=behaviour"]
+
+
 @pytest.mark.slow
-def test_sigkill_and_resume_reproduces_uninterrupted_run(warm_ckpt, problems_file, tmp_path):
+@pytest.mark.parametrize("extra", [[], STALE], ids=["synchronous", "stale2"])
+def test_sigkill_and_resume_reproduces_uninterrupted_run(warm_ckpt, problems_file, tmp_path, extra):
+    """SIGKILL after checkpoint 2, resume: the metrics of the uninterrupted run, bit for bit -- with
+    asynchronous rollouts too (s = 2: batches 2 and 3, sampled from weights 0 and 1 before the kill,
+    come back from the checkpoint's in-flight file)."""
     full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
-    full = _run_train(_args(warm_ckpt, problems_file, full_dir), full_dir)
-    cut = _run_train(_args(warm_ckpt, problems_file, cut_dir), cut_dir)
+    full = _run_train(_args(warm_ckpt, problems_file, full_dir) + extra, full_dir)
+    cut = _run_train(_args(warm_ckpt, problems_file, cut_dir) + extra, cut_dir)
     deadline = time.time() + 900
     while not (cut_dir / "checkpoints" / "2").is_dir():          # committed step 2 (atomic rename)
         assert cut.poll() is None, cut.stdout.read()
@@ -273,7 +227,7 @@ def test_sigkill_and_resume_reproduces_uninterrupted_run(warm_ckpt, problems_fil
     assert cut.returncode == -signal.SIGKILL
     out, _ = full.communicate(timeout=900)
     assert full.returncode == 0, out
-    resumed = _run_train(_args(warm_ckpt, problems_file, cut_dir), cut_dir, resume=True)
+    resumed = _run_train(_args(warm_ckpt, problems_file, cut_dir) + extra, cut_dir, resume=True)
     out2, _ = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, out2
     a = [deterministic(r) for r in read_metrics(full_dir / "metrics.jsonl")]
@@ -291,6 +245,9 @@ def test_sigkill_and_resume_reproduces_uninterrupted_run(warm_ckpt, problems_fil
         assert c1.all_steps() == c2.all_steps() == [2, 4]
     meta = json.loads((cut_dir / "config.json").read_text())
     assert meta["algo"]["estimator"] == "maxk_offpolicy"
+    if extra:
+        assert [r["rollout/weight_version"] for r in a] == [0, 0, 0, 1]
+        assert sorted(os.listdir(cut_dir / "in_flight")) == ["2.host0.pkl", "4.host0.pkl"]
 
 
 def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path):

@@ -359,3 +359,66 @@ def test_adam_first_moment_dtype():
     assert adam.mu["w"].dtype == jnp.bfloat16 and adam.nu["w"].dtype == jnp.float32
     with pytest.raises(ValueError, match="mu_dtype='f8'"):
         training.make_optimizer(1e-3, total_steps=10, mu_dtype="f8")
+
+
+@pytest.mark.parametrize("estimator,correction", [("maxk_offpolicy_exact", "behaviour"), ("grpo", "tis")])
+def test_stale_batches_use_three_logprobs(params, estimator, correction):
+    """A stale batch carries μ (behaviour_logp, the old sampler's); π_old is the trainer's own
+    forward (first=True) and the PPO ratio is taken to it -- exactly 1 at iteration 0 however far μ
+    is -- while the estimator's coefficients follow the correction: "behaviour" feeds δ = log π_θ/μ
+    to the off-policy estimator (eq. 10 brute force), "tis" multiplies GRPO's z-scores by
+    min(π_old/μ, cap); the logged behaviour ratios and per-prompt ESS are those of Σ_t (π_old − μ)."""
+    from maxk_jax.rl.staleness import CORRECTIONS
+    from tests.estimators import estimator_reference as ref
+
+    assert correction in CORRECTIONS
+    cap = 1.5
+    options = {"baseline": "none", "clamp_delta": None} if estimator != "grpo" else {}
+    cfg = training.StepConfig(estimator=estimator, k=2, sampler=sampler(), estimator_options=options,
+                              loss=LossConfig(kind="is_weighted", aggregation="seq_sum_norm", norm_length=T),
+                              correction=correction, tis_cap=cap)
+    mesh = single_mesh()
+    tx = optax.sgd(LR)
+    _, sh = training.abstract_train_state(CONFIG, tx, mesh)
+    step = training.make_train_step(CONFIG, cfg, tx, mesh, sh, trainer_old_logp=True)
+    batch = make_batch(params, 11, invalid=(5,))
+    rng = np.random.default_rng(3)
+    comp = np.asarray(batch.completion_mask)
+    mu = np.where(comp, np.asarray(batch.old_logp) + rng.normal(0, 0.4, comp.shape), 0.0).astype(np.float32)
+    batch = batch.replace(old_logp=jnp.asarray(mu), behaviour_logp=jnp.asarray(mu))   # as the loop builds it
+    state, _ = training.create_train_state(CONFIG, params, tx, mesh)
+    _, m, old = step(state, sharding.shard_batch(batch, mesh), np.bool_(True))
+    m, old = jax.device_get(m), np.asarray(old)
+
+    np.testing.assert_allclose(old[comp], np.asarray(exact_logp(params, batch.tokens, batch.attention_mask))[comp],
+                               atol=1e-5)                                    # π_old = the trainer's forward
+    assert m["ratio_min"] == m["ratio_max"] == 1.0 and m["is_log_ratio_abs_max"] == 0.0   # clip vs π_old
+    valid = np.asarray(batch.valid)
+    log_w = np.sum(np.where(comp, old - mu, 0.0), axis=1)                    # log π_old/μ per sequence
+    np.testing.assert_allclose(m["stale_ratio_max"], np.exp(log_w[valid].max()), rtol=1e-5)
+    np.testing.assert_allclose(m["stale_ratio_min"], np.exp(log_w[valid].min()), rtol=1e-5)
+    np.testing.assert_allclose(m["stale_log_ratio_abs_mean"], np.abs(log_w[valid]).mean(), rtol=1e-5)
+    ess = []
+    for p in range(P):
+        rows = slice(p * N, (p + 1) * N)
+        w = np.exp(log_w[rows][valid[rows]])
+        ess.append(w.sum() ** 2 / (w ** 2).sum() / w.size)
+    np.testing.assert_allclose(m["stale_ess_fraction_mean"], np.mean(ess), rtol=1e-5)
+    np.testing.assert_allclose(m["stale_ess_fraction_min"], np.min(ess), rtol=1e-5)
+
+    r = np.asarray(batch.rewards).reshape(P, N)
+    coef = np.zeros((P, N))
+    for p in range(P):   # at iteration 0 π_θ = π_old, so log π_θ/μ = log_w
+        v = valid.reshape(P, N)[p]
+        lw = log_w.reshape(P, N)[p]
+        if correction == "behaviour":
+            coef[p, v] = ref.transform(r[p, v], 2, lw[v], "exact")
+            clamped = 0.0
+        else:
+            coef[p, v] = ref.zscore(r[p, v]) * np.minimum(np.exp(lw[v]), cap)
+    if correction == "tis":
+        clamped = np.mean(np.exp(log_w[valid]) > cap)
+        assert 0 < clamped < 1
+    np.testing.assert_allclose(m["advantage_mean"], coef.reshape(-1)[valid].mean(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(m["advantage_max"], coef.reshape(-1)[valid].max(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(m["stale_clamped_fraction"], clamped, atol=1e-7)
