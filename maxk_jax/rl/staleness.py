@@ -81,3 +81,32 @@ def corrected_coefficients(estimator: Callable[..., jax.Array], rewards: jax.Arr
     log_ratio = to_behaviour if correction == "behaviour" else log_ratio_old
     coef = estimator(rewards, k=k, log_ratio=log_ratio, mask=mask, answer_ids=answer_ids)
     return coef * tis_weights(log_w, tis_cap) if correction == "tis" else coef
+
+
+def stale_sums(log_w: jax.Array, to_behaviour: jax.Array, valid: jax.Array, n: int, *, correction: str,
+               tis_cap: float, clamp_delta: float | None) -> dict[str, jax.Array]:
+    """One micro-batch's sums of the behaviour-ratio statistics (`combine_stale` makes the metrics):
+    log_w [Bm] = log π_old/μ, to_behaviour [Bm] = log π_θ/μ, valid [Bm], n samples per prompt."""
+    hit = clamped(correction, log_w, to_behaviour, valid, tis_cap=tis_cap, clamp_delta=clamp_delta)
+    ess = row_ess_fraction(log_w.reshape(-1, n), valid.reshape(-1, n))
+    has = jnp.isfinite(ess)
+    big = jnp.float32(jnp.inf)
+    return dict(stale_log_w_abs_sum=jnp.sum(jnp.where(valid, jnp.abs(log_w), 0.0)),
+                stale_log_w_min=jnp.min(jnp.where(valid, log_w, big)),
+                stale_log_w_max=jnp.max(jnp.where(valid, log_w, -big)),
+                stale_clamped_count=jnp.sum(hit).astype(jnp.float32),
+                stale_ess_sum=jnp.sum(jnp.where(has, ess, 0.0)), stale_ess_rows=jnp.sum(has).astype(jnp.float32),
+                stale_ess_min=jnp.min(jnp.where(has, ess, big)))
+
+
+def combine_stale(mb: dict[str, jax.Array], valid: jax.Array) -> dict[str, jax.Array]:
+    """The `stale_sums` of all micro-batches (each [M]) and the batch's valid-sample count -> the
+    ``stale_*`` metrics of the module docstring."""
+    nan = jnp.float32(jnp.nan)
+    rows = jnp.sum(mb["stale_ess_rows"])
+    return dict(stale_log_ratio_abs_mean=jnp.sum(mb["stale_log_w_abs_sum"]) / valid,
+                stale_ratio_min=jnp.where(valid > 0, jnp.exp(jnp.min(mb["stale_log_w_min"])), nan),
+                stale_ratio_max=jnp.where(valid > 0, jnp.exp(jnp.max(mb["stale_log_w_max"])), nan),
+                stale_clamped_fraction=jnp.sum(mb["stale_clamped_count"]) / valid,
+                stale_ess_fraction_mean=jnp.where(rows > 0, jnp.sum(mb["stale_ess_sum"]) / rows, nan),
+                stale_ess_fraction_min=jnp.where(rows > 0, jnp.min(mb["stale_ess_min"]), nan))

@@ -57,7 +57,8 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from maxk_jax.rl import logprobs, losses, staleness
+from maxk_jax.rl import logprobs, losses, staleness, step_metrics
+from maxk_jax.rl.step_metrics import DELTA_THRESHOLDS
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.fields import check_real, is_int
 from maxk_jax.estimators import estimator_info, estimator_options, get_estimator
@@ -65,7 +66,6 @@ from maxk_jax.models import qwen2
 from maxk_jax.sampling import SamplerSettings, top_k_mask, top_p_mask
 
 Params = Any
-DELTA_THRESHOLDS = (0.2, 0.5, 1.0)   # |delta| = |rho - 1| levels counted in the step metrics
 
 
 def loss_kind(estimator: str) -> str:
@@ -327,11 +327,6 @@ def policy_logprobs(model_config: qwen2.Qwen2Config, cfg: StepConfig, params: Pa
 
 # ------------------------------------------------------------------ the step ----------------
 
-_LOSS_KEYS = ("loss", "loss_policy", "loss_kl", "loss_entropy", "kl_ref")
-_TOKEN_MEAN_KEYS = ("clip_fraction", "ratio_out_of_range_fraction", "ratio_mean", "approx_kl_old",
-                    "entropy")
-
-
 def _normaliser(counted: jax.Array, aggregation: str) -> jax.Array:
     """The quantity the aggregation divides by: counted tokens ("token") or sequences with >= 1
     counted token (otherwise).  counted [B, T] -> scalar float32."""
@@ -361,7 +356,8 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, own_old: jax.
     if mb.behaviour_logp is not None:   # a stale / mismatched sampler μ: staleness.py
         log_w = losses.sequence_log_ratio(mb.old_logp, mb.behaviour_logp, counted)       # log π_old/μ
         to_behaviour = losses.sequence_log_ratio(fixed, mb.behaviour_logp, counted)      # log π_θ/μ
-        stale = _stale_metrics(cfg, log_w, to_behaviour, mb.valid, rows)
+        stale = staleness.stale_sums(log_w, to_behaviour, mb.valid, cfg.n, correction=cfg.correction,
+                                     tis_cap=cfg.tis_cap, clamp_delta=cfg.clamp_delta)
     coef = staleness.corrected_coefficients(
         cfg.estimator_fn(), rows(mb.rewards), k=cfg.k, correction=cfg.correction, tis_cap=cfg.tis_cap,
         log_ratio_old=rows(log_ratio), log_w=None if log_w is None else rows(log_w),
@@ -391,70 +387,6 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, own_old: jax.
            for t in DELTA_THRESHOLDS},
         rows_below_k=jnp.sum(jnp.sum(rows(v), axis=-1) < cfg.k).astype(jnp.float32), **stale)
     return loss * weight, (metrics, jnp.where(mb.completion_mask, fixed, 0.0))
-
-
-def _stale_metrics(cfg: StepConfig, log_w: jax.Array, to_behaviour: jax.Array, valid: jax.Array,
-                   rows: Callable[[jax.Array], jax.Array]) -> dict[str, jax.Array]:
-    """Per-micro-batch sums of the behaviour-ratio statistics (combined in `_combine`): log_w [Bm]
-    = log π_old/μ, to_behaviour [Bm] = log π_θ/μ, valid [Bm]."""
-    clamped = staleness.clamped(cfg.correction, log_w, to_behaviour, valid, tis_cap=cfg.tis_cap,
-                                clamp_delta=cfg.clamp_delta)
-    ess = staleness.row_ess_fraction(rows(log_w), rows(valid))
-    has = jnp.isfinite(ess)
-    big = jnp.float32(jnp.inf)
-    return dict(stale_log_w_abs_sum=jnp.sum(jnp.where(valid, jnp.abs(log_w), 0.0)),
-                stale_log_w_min=jnp.min(jnp.where(valid, log_w, big)),
-                stale_log_w_max=jnp.max(jnp.where(valid, log_w, -big)),
-                stale_clamped_count=jnp.sum(clamped).astype(jnp.float32),
-                stale_ess_sum=jnp.sum(jnp.where(has, ess, 0.0)), stale_ess_rows=jnp.sum(has).astype(jnp.float32),
-                stale_ess_min=jnp.min(jnp.where(has, ess, big)))
-
-
-def _combine_stale(mb: dict[str, jax.Array], valid: jax.Array) -> dict[str, jax.Array]:
-    """The `_stale_metrics` of all micro-batches -> ``stale_*`` batch metrics (see staleness.py)."""
-    nan = jnp.float32(jnp.nan)
-    rows = jnp.sum(mb["stale_ess_rows"])
-    return dict(stale_log_ratio_abs_mean=jnp.sum(mb["stale_log_w_abs_sum"]) / valid,
-                stale_ratio_min=jnp.where(valid > 0, jnp.exp(jnp.min(mb["stale_log_w_min"])), nan),
-                stale_ratio_max=jnp.where(valid > 0, jnp.exp(jnp.max(mb["stale_log_w_max"])), nan),
-                stale_clamped_fraction=jnp.sum(mb["stale_clamped_count"]) / valid,
-                stale_ess_fraction_mean=jnp.where(rows > 0, jnp.sum(mb["stale_ess_sum"]) / rows, nan),
-                stale_ess_fraction_min=jnp.where(rows > 0, jnp.min(mb["stale_ess_min"]), nan))
-
-
-def _combine(mb: dict[str, jax.Array], weights: jax.Array) -> dict[str, jax.Array]:
-    """Per-micro-batch metrics [M] -> batch metrics (see ``make_train_step``)."""
-    tokens = mb["num_tokens"]
-    total_tokens = jnp.sum(tokens)
-    out = {key: jnp.sum(weights * mb[key]) for key in _LOSS_KEYS if key in mb}
-    for key in _TOKEN_MEAN_KEYS:
-        if key in mb:
-            out[key] = jnp.sum(jnp.where(tokens > 0, tokens * mb[key], 0.0)) / total_tokens
-    out["ratio_min"] = jnp.nanmin(mb["ratio_min"])
-    out["ratio_max"] = jnp.nanmax(mb["ratio_max"])
-    out["num_tokens"] = total_tokens
-    valid = jnp.sum(mb["valid_samples"])
-    nan = jnp.float32(jnp.nan)
-    mean = jnp.sum(mb["coef_sum"]) / valid
-    out.update(
-        advantage_mean=mean,
-        advantage_std=jnp.sqrt(jnp.maximum(jnp.sum(mb["coef_sq_sum"]) / valid - mean ** 2, 0.0)),
-        advantage_min=jnp.where(valid > 0, jnp.min(mb["coef_min"]), nan),
-        advantage_max=jnp.where(valid > 0, jnp.max(mb["coef_max"]), nan),
-        advantage_nonzero_fraction=jnp.sum(mb["coef_nonzero"]) / valid,
-        is_ratio_mean=jnp.sum(mb["seq_ratio_sum"]) / valid,
-        is_ratio_min=jnp.where(valid > 0, jnp.min(mb["seq_ratio_min"]), nan),
-        is_ratio_max=jnp.where(valid > 0, jnp.max(mb["seq_ratio_max"]), nan),
-        is_log_ratio_abs_max=jnp.max(mb["seq_log_ratio_abs_max"]),
-        nonfinite_coefficients=jnp.sum(mb["nonfinite_coefficients"]),
-        **{f"is_delta_gt_{t:g}_fraction": jnp.sum(mb[f"delta_gt_{t:g}_count"]) / valid
-           for t in DELTA_THRESHOLDS},
-        valid_samples=valid, rows_below_k=jnp.sum(mb["rows_below_k"]),
-        logprob_mismatch_mean=jnp.sum(mb["mismatch_sum"]) / jnp.maximum(jnp.sum(mb["counted_tokens"]), 1.0),
-        logprob_mismatch_max=jnp.max(mb["mismatch_max"]))
-    if "stale_ess_rows" in mb:
-        out.update(_combine_stale(mb, valid))
-    return out
 
 
 def _global_norm(tree: Params) -> jax.Array:
@@ -545,7 +477,7 @@ def make_train_step(model_config: qwen2.Qwen2Config, cfg: StepConfig, tx: optax.
         grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = _combine(mb_metrics, mb_metrics["weight"])
+        metrics = step_metrics.combine(mb_metrics, mb_metrics["weight"])
         metrics.update(grad_norm=_global_norm(grads), update_norm=_global_norm(updates),
                        masked_samples=jnp.float32(b) - metrics["valid_samples"])
         if schedule is not None:

@@ -62,7 +62,6 @@ def test_build_batch_layout():
 
 def test_rollout_metrics_and_answer_ids():
     rewards = np.array([[0.0, 0.5, np.nan, 1.0], [0.25, 0.25, 0.0, 0.0]])
-    valid = ~np.isnan(rewards)
     ro = rollout.Rollout(batch=None, rewards=rewards, passed=np.array([[0, 1, 0, 2], [1, 1, 0, 0]]),
                          total=np.array([[2, 2, 2, 2], [4, 4, 4, 4]]),
                          statuses=[("ok", "ok", "sandbox_error", "ok"), ("ok",) * 4],
