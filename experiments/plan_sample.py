@@ -1,4 +1,4 @@
-"""Sampling plan by simulation: AOT-compile the sampler's decode loop on 8 simulated devices.
+"""Sampling plan by simulation: AOT-compile the sampler's decode loop on 8 (``--devices``) simulated devices.
 
     .venv/bin/python -m experiments.plan_sample                   # 1.5B and 7B, three meshes
     .venv/bin/python -m experiments.plan_sample --presets=qwen2.5-coder-7b --layouts=fsdp8
@@ -21,9 +21,11 @@ decode step. Writes ``plan_sample.{json,md}`` to ``--results_dir``.
 from __future__ import annotations
 
 
-from maxk_jax.simulated_devices import request_cpu_devices  # isort: skip  (stdlib only: before JAX)
+import sys  # isort: skip
 
-NUM_DEVICES = 8
+from maxk_jax.simulated_devices import devices_flag, request_cpu_devices  # isort: skip  (stdlib only)
+
+NUM_DEVICES = devices_flag(sys.argv[1:])   # --devices sizes the simulated CPU platform: before JAX starts
 request_cpu_devices(NUM_DEVICES)
 
 import json  # noqa: E402
@@ -37,8 +39,10 @@ from maxk_jax.models import qwen2  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("presets", ["qwen2.5-coder-1.5b", "qwen2.5-coder-7b"], f"Model presets, of {sorted(qwen2.PRESETS)}.")
+flags.DEFINE_integer("devices", 8, "Simulated devices (chips) of the planned mesh, e.g. a rollout sub-mesh of "
+                     "a slice; layouts must use all of them.")
 flags.DEFINE_list("layouts", ["fsdp8", "fsdp4_tensor2", "data2_tensor4"],
-                  "Training meshes to plan (sizes multiply to 8), e.g. fsdp4_tensor2.")
+                  "Training meshes to plan (sizes multiply to --devices), e.g. fsdp4_tensor2.")
 flags.DEFINE_list("params_layouts", ["training", "rollout"],
                   "Weights to decode from: 'training' (the trainer's, as before the rollout copy), 'rollout'.")
 flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"], "Compute dtype (the rollout copy's dtype).")
@@ -55,6 +59,8 @@ GIB = 1024 ** 3
 
 
 def _check_flags() -> None:
+    if FLAGS.devices != NUM_DEVICES:
+        raise ValueError(f"--devices={FLAGS.devices} must be given as --devices=N (got {NUM_DEVICES} devices)")
     memory_plan.check_device_count(NUM_DEVICES)
     for preset in FLAGS.presets:
         if preset not in qwen2.PRESETS:

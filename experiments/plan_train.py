@@ -25,11 +25,9 @@ import tempfile  # isort: skip
 # XLA writes each planned module's buffer assignment (read by ``memory_plan.temp_breakdown``)
 import sys  # isort: skip
 
-from maxk_jax.simulated_devices import request_cpu_devices  # isort: skip  (stdlib only: before JAX)
+from maxk_jax.simulated_devices import devices_flag, request_cpu_devices  # isort: skip  (stdlib only)
 
-# --devices must be known before JAX starts (it sizes the simulated CPU platform)
-_dev = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--devices=")]
-NUM_DEVICES = int(_dev[-1]) if _dev and _dev[-1].isdigit() and int(_dev[-1]) > 0 else 8
+NUM_DEVICES = devices_flag(sys.argv[1:])   # --devices sizes the simulated CPU platform: before JAX starts
 _DUMP_DIR = tempfile.mkdtemp(prefix="plan_train_xla_")
 request_cpu_devices(NUM_DEVICES, f"--xla_dump_to={_DUMP_DIR} --xla_dump_hlo_module_re=^jit_(step|fn)$")
 

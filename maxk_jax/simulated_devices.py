@@ -25,3 +25,10 @@ def request_cpu_devices(count: int, extra_xla_flags: str = "") -> None:
         flags = f"{flags} --{COUNT_FLAG}={count}"
     os.environ["XLA_FLAGS"] = f"{flags} {extra_xla_flags}".strip() if extra_xla_flags else flags
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def devices_flag(argv: list[str], default: int = 8) -> int:
+    """The value of a ``--devices=N`` argument in `argv` (the last one; `default` when absent or not
+    a positive int, which absl then reports) -- read before JAX starts, as it sizes the platform."""
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("--devices=")]
+    return int(given[-1]) if given and given[-1].isdigit() and int(given[-1]) > 0 else default
