@@ -113,10 +113,9 @@ def test_settings_written_before_the_typed_options_still_resume():
     old["data"]["options_json"] = '{"seed": 1}'
     assert _upgraded(old) != new
     before = json.loads(json.dumps(new))     # written before rollout.reward / loss.ratio_level / kl_target
-    for section, key in (("rollout", "reward"), ("algo", None)):
-        if key:
-            del before["rl"][section][key]
+    del before["rl"]["rollout"]["reward"]    # and before asynchronous rollouts
     del before["rl"]["algo"]["loss"]["ratio_level"], before["rl"]["algo"]["loss"]["kl_target"]
+    del before["rl"]["rollout"]["max_staleness"], before["rl"]["algo"]["stale_correction"], before["rl"]["algo"]["tis_cap"]
     assert _upgraded(before) == new
 
 
