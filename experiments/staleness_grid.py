@@ -1,0 +1,88 @@
+r"""Asynchronous rollouts: staleness s x correction, on the tiny pipeline (or the testbed) config.
+
+    .venv/bin/python -m experiments.staleness_grid --seeds=0 --staleness=0,1,2,4           # main job's config
+    .venv/bin/python -m experiments.staleness_grid --config=experiments/configs/tiny.py:testbed --seeds=0,1,2
+    .venv/bin/python -m experiments.staleness_grid --aggregate_only --runs_dir=runs         # table + plot only
+
+One method comparison (experiments/compare_methods.py's `run_comparison`, resumable, same base and
+evaluation keys) per cell of `maxk_jax.pipelines.staleness_grid.grid_cells`: s = 0 synchronous
+(maxk_offpolicy, maxk_offpolicy_exact, GRPO); for every s > 0 ``none`` (maxk_offpolicy as if
+on-policy), ``behaviour`` (maxk_offpolicy = first-order r̃′, maxk_offpolicy_exact = eq. 10, δ to the
+stale sampler) and ``tis`` (maxk_offpolicy and GRPO with per-sample truncated IS, cap
+``rl.algo.tis_cap``). Each cell's runs go to ``<runs_dir>/<prefix>_s<s>[_<correction>]``; the table
+(max@1, max@K, pass@1, pass@K at equal RL steps, the behaviour ratios' statistics, seconds per step and
+the learner's wait) and the plot (max@1 / max@K against s per method and correction) go to
+``<runs_dir>/<prefix>_grid.{md,json,png}``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from experiments.compare_methods import parse_seeds
+from experiments.configs import base as base_config
+from maxk_jax import cli, config_overrides, preflight
+from maxk_jax.pipelines import from_config_dict, run_comparison, shortcut_overrides
+from maxk_jax.pipelines.staleness_grid import cell_config, collect_rows, grid_cells, grid_markdown, plot_grid
+
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """Define the command-line flags (called by ``__main__`` only, so tests can import this module)."""
+    with config_overrides.explained_errors("config", CONFIG):
+        config_flags.DEFINE_config_file("config", CONFIG, "Shared settings of every run (the tiny pipeline config); "
+                                        "override fields with --config.<field>=<value>.", lock_config=False)
+    flags.DEFINE_list("staleness", ["0", "1", "2", "4"], "rollout.max_staleness values (0 = the synchronous cell).")
+    flags.DEFINE_list("seeds", ["0"], "RL seeds; every (method, cell) runs once per seed.")
+    flags.DEFINE_string("prefix", "async", "Name prefix of the cells' comparison directories and of the grid files.")
+    flags.DEFINE_string("runs_dir", None, "Runs directory (default: config.runs_dir); the base-model cache is shared "
+                        "with experiments.tiny_pipeline and compare_methods.")
+    flags.DEFINE_bool("aggregate_only", False, "Only build the table and plot from the cells already finished.")
+    flags.DEFINE_bool("progress", True, "Show tqdm progress bars.")
+
+
+def main(argv: Sequence[str]) -> None:
+    """absl entry point: run every cell (resumable), then write the table and the plot."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    with cli.user_errors():
+        cfg = from_config_dict(FLAGS.config, shortcut_overrides(runs_dir=FLAGS.runs_dir))
+        seeds = parse_seeds(FLAGS.seeds)
+        try:
+            staleness = sorted({int(v) for v in FLAGS.staleness})
+        except ValueError:
+            raise ValueError(f"--staleness={','.join(FLAGS.staleness)} must be ints") from None
+        if not staleness or staleness[0] < 0:
+            raise ValueError(f"--staleness={','.join(FLAGS.staleness)} must be ints >= 0")
+        cells = grid_cells(staleness, FLAGS.prefix)
+        for cell in cells:
+            cell_config(cfg, cell)   # every cell's config is valid before any work
+        preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")
+        if not FLAGS.aggregate_only:
+            preflight.check_executor(cfg.executor)
+    if not FLAGS.aggregate_only:
+        for cell in cells:
+            run_comparison(cell_config(cfg, cell), cell.methods, seeds, name=cell.name,
+                           method_table=base_config.METHODS, reference="base", progress=FLAGS.progress)
+    rows = collect_rows(cfg.runs_dir, cells)
+    text = grid_markdown(rows)
+    stem = os.path.join(cfg.runs_dir, f"{FLAGS.prefix}_grid")
+    with open(f"{stem}.md", "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(f"{stem}.json", "w", encoding="utf-8") as f:
+        json.dump(rows, f, indent=2)
+    plot_grid(rows, f"{stem}.png", f"{cfg.name}: max@k after {cfg.rl.max_steps} RL steps vs rollout staleness "
+              f"(seeds {seeds})")
+    print(text)
+    print(f"Table: {stem}.md\nPlot: {stem}.png")
+
+
+if __name__ == "__main__":
+    define_flags()
+    cli.run_main(main)

@@ -1,0 +1,152 @@
+"""The staleness x correction experiment: one method comparison per (s, correction) cell, then one table.
+
+    cells = grid_cells((0, 1, 2, 4))          # [Cell(s, correction, methods, name), ...]
+    for cell in cells: run_comparison(cell_config(cfg, cell), cell.methods, seeds, name=cell.name, ...)
+    rows = collect_rows(runs_dir, cells)      # per (method, correction, s): max@1 / max@K, delta stats, time
+    grid_markdown(rows, large_k); plot_grid(rows, path)
+
+Cells: s = 0 is the synchronous loop (``sync``: maxk_offpolicy, maxk_offpolicy_exact, GRPO); for s > 0,
+``none`` (maxk_offpolicy trained as if on-policy), ``behaviour`` (the paper's off-policy estimators take
+δ to the stale sampler: maxk_offpolicy = first-order r̃′, maxk_offpolicy_exact = eq. 10) and ``tis``
+(per-sample truncated IS on maxk_offpolicy and on GRPO, the peers' baseline).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from maxk_jax.pipelines.config import PipelineConfig
+from maxk_jax.rl.run_config import replace_fields
+
+LABELS = {("maxk_offpolicy", "behaviour"): "maxk_offpolicy first-order", ("maxk_offpolicy_exact", "behaviour"):
+          "maxk_offpolicy_exact exact"}
+STALE_KEYS = ("ppo/stale_log_ratio_abs_mean", "ppo/stale_clamped_fraction", "ppo/stale_ess_fraction_mean",
+              "ppo/stale_ess_fraction_min")
+TIME_KEYS = ("time/step_s", "time/wait_rollout_s")
+
+
+class Cell(NamedTuple):
+    """One comparison of the grid: staleness s, correction, the methods trained, the comparison's name."""
+
+    s: int
+    correction: str
+    methods: tuple[str, ...]
+    name: str
+
+
+def grid_cells(staleness: Sequence[int], prefix: str = "async") -> list[Cell]:
+    """The comparisons of the grid for the staleness values (0 = the synchronous cell)."""
+    cells = []
+    for s in staleness:
+        if s == 0:
+            cells.append(Cell(0, "none", ("maxk_offpolicy", "maxk_offpolicy_exact", "grpo"), f"{prefix}_s0"))
+            continue
+        cells += [Cell(s, "none", ("maxk_offpolicy",), f"{prefix}_s{s}_none"),
+                  Cell(s, "behaviour", ("maxk_offpolicy", "maxk_offpolicy_exact"), f"{prefix}_s{s}_behaviour"),
+                  Cell(s, "tis", ("maxk_offpolicy", "grpo"), f"{prefix}_s{s}_tis")]
+    return cells
+
+
+def cell_config(cfg: PipelineConfig, cell: Cell) -> PipelineConfig:
+    """`cfg` with the cell's ``rl.rollout.max_staleness`` and ``rl.algo.stale_correction``."""
+    rl = replace_fields(cfg.rl, {"rollout.max_staleness": cell.s, "algo.stale_correction": cell.correction})
+    return dataclasses.replace(cfg, rl=rl)
+
+
+def _run_means(rl_dir: str) -> dict[str, float]:
+    """Means over the RL steps of a run's staleness statistics and times (NaN when not logged)."""
+    with open(os.path.join(rl_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    out = {}
+    for key in STALE_KEYS + TIME_KEYS:
+        values = [r[key] for r in records if r.get(key) is not None]
+        out[key] = float(np.mean(values)) if values else float("nan")
+    return out
+
+
+def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    """One row per (method, correction, s) of the finished cells (a cell without results.json is
+    skipped): max@1 / max@K / pass@1 / pass@K (mean and per seed), the base's, and the runs' means of
+    `STALE_KEYS` and `TIME_KEYS` (mean over seeds)."""
+    rows = []
+    for cell in cells:
+        path = os.path.join(runs_dir, cell.name, "results.json")
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            res = json.load(f)
+        large = str(res["large_k"])
+        base = res["methods"]["base"]
+        for method in cell.methods:
+            entry = res["methods"][method]
+            seeds = sorted(entry["max_at_k"]["per_seed"])
+            runs = [_run_means(os.path.join(runs_dir, cell.name, method, f"seed{s}", "rl")) for s in seeds]
+            row = {"s": cell.s, "correction": "sync" if cell.s == 0 else cell.correction, "method": method,
+                   "label": LABELS.get((method, cell.correction), f"{method} {cell.correction}") if cell.s else method,
+                   "large_k": res["large_k"], "seeds": len(seeds), "cell": cell.name,
+                   "base_max1": base["max_at_k"]["mean"]["1"], "base_maxK": base["max_at_k"]["mean"][large]}
+            for metric, short in (("max_at_k", "max"), ("pass_at_k", "pass")):
+                row[f"{short}1"] = entry[metric]["mean"]["1"]
+                row[f"{short}K"] = entry[metric]["mean"][large]
+                row[f"{short}K_per_seed"] = [entry[metric]["per_seed"][s][large] for s in seeds]
+            row.update({key: float(np.mean([r[key] for r in runs])) for key in STALE_KEYS + TIME_KEYS})
+            rows.append(row)
+    return rows
+
+
+def _fmt(v: float, digits: int = 3) -> str:
+    return "–" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
+
+
+def grid_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The s x correction table (one line per method/correction/s)."""
+    if not rows:
+        return "(no finished cell)\n"
+    k = rows[0]["large_k"]
+    lines = [f"| method / correction | s | seeds | max@1 | max@{k} | pass@1 | pass@{k} | |log π_old/μ| | clamped "
+             "| ESS/n mean (min) | s/step | learner wait s/step |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["label"].split()[0], r["s"], r["correction"])):
+        lines.append(
+            f"| {r['label']} | {r['s']} | {r['seeds']} | {_fmt(r['max1'])} | {_fmt(r['maxK'])} | {_fmt(r['pass1'])} | "
+            f"{_fmt(r['passK'])} | {_fmt(r['ppo/stale_log_ratio_abs_mean'], 2)} | "
+            f"{_fmt(r['ppo/stale_clamped_fraction'], 2)} | {_fmt(r['ppo/stale_ess_fraction_mean'], 2)} "
+            f"({_fmt(r['ppo/stale_ess_fraction_min'], 2)}) | {_fmt(r['time/step_s'], 2)} | "
+            f"{_fmt(r['time/wait_rollout_s'], 2)} |")
+    lines.append(f"\nBase model: max@1 {_fmt(rows[0]['base_max1'])}, max@{k} {_fmt(rows[0]['base_maxK'])}.")
+    return "\n".join(lines) + "\n"
+
+
+def plot_grid(rows: Sequence[dict[str, Any]], path: str, title: str) -> None:
+    """max@1 and max@K against s, one line per method / correction (the s = 0 point is each method's
+    synchronous run), the base dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    sync = {r["method"]: r for r in rows if r["s"] == 0}
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["s"]:
+            lines.setdefault(r["label"], []).append(r)
+    for label, pts in sorted(lines.items()):
+        method = pts[0]["method"]
+        pts = ([sync[method]] if method in sync else []) + sorted(pts, key=lambda r: r["s"])
+        for ax, key in zip(axes, ("max1", "maxK")):
+            ax.plot([p["s"] for p in pts], [p[key] for p in pts], marker="o", label=label)
+    if rows:
+        for ax, key, name in zip(axes, ("base_max1", "base_maxK"), ("max@1", f"max@{rows[0]['large_k']}")):
+            ax.axhline(rows[0][key], color="gray", linestyle="--", label="base")
+            ax.set_xlabel("staleness s (RL steps)")
+            ax.set_ylabel(name)
+    axes[1].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

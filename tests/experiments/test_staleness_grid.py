@@ -1,0 +1,32 @@
+"""experiments/staleness_grid.py on the toy config: every cell runs, the table and plot are written,
+and a bad --staleness is refused before any work."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(tmp_path, *args):
+    return subprocess.run([sys.executable, "-m", "experiments.staleness_grid", "--config=experiments/configs/tiny.py:toy",
+                           "--progress=false", f"--config.runs_dir={tmp_path}", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+
+
+@pytest.mark.slow
+def test_grid_on_the_toy_config(tmp_path):
+    res = _run(tmp_path, "--staleness=0,1", "--seeds=0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    table = (tmp_path / "async_grid.md").read_text()
+    for label in ("maxk_offpolicy_exact exact", "maxk_offpolicy first-order", "grpo tis", "maxk_offpolicy none"):
+        assert f"| {label} | 1 | 1 |" in table, table
+    assert (tmp_path / "async_grid.png").is_file()
+    again = _run(tmp_path, "--staleness=0,1", "--seeds=0", "--aggregate_only")
+    assert again.returncode == 0 and (tmp_path / "async_grid.md").read_text() == table
+
+
+def test_negative_staleness_is_refused_before_work(tmp_path):
+    res = _run(tmp_path, "--staleness=0,-1")
+    assert res.returncode == 2 and "must be ints >= 0" in res.stderr and not os.listdir(tmp_path), res.stderr[-2000:]
