@@ -45,6 +45,7 @@ from ml_collections import config_flags
 
 from experiments.configs import base as base_config
 from maxk_jax import cli, config_overrides, preflight
+from maxk_jax.cli import parse_seeds
 from maxk_jax.pipelines import REFERENCE, TABLE2_METHODS, from_config_dict, run_comparison, shortcut_overrides
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
@@ -68,22 +69,6 @@ def define_flags() -> None:
     flags.DEFINE_integer("large_k", None, "The 'large k' column of the table (default and at most: config.eval.sampler.n / 2).")
     flags.DEFINE_bool("overwrite", False, "Delete earlier results of this comparison instead of resuming them.")
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars for warm-up, RL and evaluation.")
-
-
-def parse_seeds(values: Sequence[str]) -> list[int]:
-    """Seeds from the flag list: distinct ints >= 0 (ValueError naming the bad entry)."""
-    seeds = []
-    for v in values:
-        try:
-            s = int(v)
-        except (TypeError, ValueError):
-            raise ValueError(f"--seeds entry {v!r} is not an int") from None
-        if s < 0:
-            raise ValueError(f"--seeds entry {s} must be >= 0")
-        seeds.append(s)
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds must be a non-empty list of distinct ints, got {list(values)}")
-    return seeds
 
 
 def main(argv: Sequence[str]) -> None:

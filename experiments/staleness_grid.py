@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.compare_methods import parse_seeds
 from experiments.configs import base as base_config
 from maxk_jax import cli, config_overrides, preflight
+from maxk_jax.cli import parse_seeds
 from maxk_jax.pipelines import from_config_dict, run_comparison, shortcut_overrides
 from maxk_jax.pipelines.staleness_grid import cell_config, collect_rows, grid_cells, grid_markdown, plot_grid
 

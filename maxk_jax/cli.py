@@ -188,3 +188,19 @@ def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None) ->
             fail(str(err))
 
     app.run(wrapped, argv=argv, flags_parser=parse_flags)
+
+
+def parse_seeds(values: Sequence[str]) -> list[int]:
+    """Seeds from the flag list: distinct ints >= 0 (ValueError naming the bad entry)."""
+    seeds = []
+    for v in values:
+        try:
+            s = int(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"--seeds entry {v!r} is not an int") from None
+        if s < 0:
+            raise ValueError(f"--seeds entry {s} must be >= 0")
+        seeds.append(s)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds must be a non-empty list of distinct ints, got {list(values)}")
+    return seeds
