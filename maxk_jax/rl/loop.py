@@ -10,7 +10,9 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
   1. the next ``rollout.prompts`` problems of the data stream (epoch e = a permutation of the
      problem list drawn from ``np.random.default_rng([seed, e])``; epochs are concatenated, so
      step s always reads stream positions [s*P, (s+1)*P));
-  2. ``rng, key = split(rng)``; ``rollout.collect``: n samples per problem with ``key``, judged
+  2. ``rng, key = split(rng)``; ``rollout.collect`` (by the `producer.RolloutProducer`: with
+     ``rollout.max_staleness`` = s > 0 sampled earlier, from the weights of step max(0, t − s), in a
+     thread beside the learner; see producer.py and staleness.py): n samples per problem with ``key``, judged
      by the executor (null rewards masked, counted; more than ``rollout.masked_steps_tolerated``
      steps in a row with every sample masked stop the run: `MaskedRolloutError`);
   3. reference log-probs (a no-grad pass with the initial weights) when kl_beta > 0;
@@ -24,7 +26,8 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
      a fixed key so checkpoints are compared on the same sample keys);
   6. the metrics record is written, then (every ``checkpoint.interval`` steps and at the end)
      an orbax checkpoint: state ``{"step", "params", "opt_state"}`` plus metadata
-     ``{"rl_step", "data_position", "rng", "model_dir", "config_json"}``.
+     ``{"rl_step", "data_position", "rng", "model_dir", "config_json"}``; with s > 0 the batches
+     already sampled for the next steps go to ``<output_dir>/in_flight/`` first.
 
 Multi-host (``distributed.*``, one process per host, see README "Multi-host"): every host reads
 the same problem stream and key but samples and judges only its contiguous share of the step's
