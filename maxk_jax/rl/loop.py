@@ -319,7 +319,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         with open(os.path.join(cfg.output_dir, "config.json"), "w", encoding="utf-8") as f:
             f.write(to_config_dict(cfg).to_json_best_effort(indent=2))
     producer = make_producer(cfg, problems, executor, sampler, start=start, total=total, rng=rng,
-                             ready=(producer_lib.load_in_flight(os.path.join(cfg.output_dir, "in_flight"), start)
+                             ready=(producer_lib.load_in_flight(producer_lib.in_flight_folder(cfg.output_dir), start)
                                     if restoring and cfg.rollout.max_staleness else None))
     stack.callback(producer.close)
     return RunContext(cfg=cfg, mesh=mesh, model_config=model_config, tokenizer=tokenizer,
@@ -361,7 +361,7 @@ def run(cfg: RunConfig, *, resume: bool = False, executor: Executor | None = Non
         config_json = to_config_dict(cfg).to_json_best_effort()
         record: dict[str, Any] = {}
         checkpoint_s = 0.0
-        in_flight_dir = os.path.join(cfg.output_dir, "in_flight")
+        in_flight_dir = producer_lib.in_flight_folder(cfg.output_dir)
         bar = stack.enter_context(tqdm(range(ctx.start, ctx.total), initial=ctx.start, total=ctx.total,
                                        desc=cfg.name, disable=not progress))
         for step in bar:

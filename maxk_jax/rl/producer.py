@@ -209,6 +209,11 @@ class RolloutProducer:
 
 # ------------------------------------------------------------------ checkpoint -------------------
 
+def in_flight_folder(output_dir: str) -> str:
+    """Where a run's in-flight batches are checkpointed: ``<output_dir>/in_flight``."""
+    return os.path.join(output_dir, "in_flight")
+
+
 def in_flight_path(folder: str, rl_step: int) -> str:
     """File of this process's in-flight batches at checkpoint ``rl_step`` (``<output_dir>/in_flight``)."""
     return os.path.join(folder, f"{rl_step}.host{jax.process_index()}.pkl")

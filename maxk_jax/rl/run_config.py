@@ -386,9 +386,9 @@ class RunConfig:
             step = StepConfig(estimator=a.estimator, k=a.k, sampler=self.rollout.sampler,
                               estimator_options=a.estimator_options, loss=a.loss,
                               micro_batches=self.optim.micro_batches, logprob_chunk=self.model.logprob_chunk,
-                              correction=a.stale_correction, tis_cap=a.tis_cap)
+                              stale_correction=a.stale_correction, tis_cap=a.tis_cap)
         except ValueError as err:
-            raise ValueError(f"algo.{err}".replace("algo.correction=", "algo.stale_correction=")) from err
+            raise ValueError(f"algo.{err}") from err
         if self.rollout.max_staleness and a.behaviour_logprobs != "trainer":
             raise ValueError(f"rollout.max_staleness={self.rollout.max_staleness} needs "
                              f"algo.behaviour_logprobs='trainer' (π_old of the PPO clip is the learner's "

@@ -85,7 +85,7 @@ class StepConfig:
     gradient accumulation steps (must divide the number of prompts); compute_entropy: entropy
     metric (a softmax pass over V); logprob_chunk: vocabulary columns per chunk of the log-prob
     pass (``logprobs.completion_logprobs``'s vocab_chunk; None = ``logprobs.pick_vocab_chunk(V)``);
-    correction / tis_cap: how a batch with ``behaviour_logp`` (a stale or mismatched sampler) is
+    stale_correction / tis_cap: how a batch with ``behaviour_logp`` (a stale or mismatched sampler) is
     corrected, ``staleness.CORRECTIONS`` ("behaviour" only for estimators that read log-ratios).
     """
 
@@ -97,7 +97,7 @@ class StepConfig:
     micro_batches: int = 1
     compute_entropy: bool = True
     logprob_chunk: int | None = None
-    correction: str = "none"
+    stale_correction: str = "none"
     tis_cap: float = 2.0
 
     def __post_init__(self) -> None:
@@ -119,10 +119,10 @@ class StepConfig:
             raise ValueError(f"micro_batches={self.micro_batches!r} must be an int >= 1")
         if self.logprob_chunk is not None and (not is_int(self.logprob_chunk) or self.logprob_chunk < 1):
             raise ValueError(f"logprob_chunk={self.logprob_chunk!r} must be an int >= 1 or None")
-        if self.correction not in staleness.CORRECTIONS:
-            raise ValueError(f"correction={self.correction!r} is not one of {staleness.CORRECTIONS}")
-        if self.correction == "behaviour" and not estimator_info(self.estimator).needs_log_ratio:
-            raise ValueError(f"correction='behaviour' feeds the behaviour log-ratio to the estimator, but "
+        if self.stale_correction not in staleness.CORRECTIONS:
+            raise ValueError(f"stale_correction={self.stale_correction!r} is not one of {staleness.CORRECTIONS}")
+        if self.stale_correction == "behaviour" and not estimator_info(self.estimator).needs_log_ratio:
+            raise ValueError(f"stale_correction='behaviour' feeds the behaviour log-ratio to the estimator, but "
                              f"{self.estimator!r} reads no log-ratio (use maxk_offpolicy / maxk_offpolicy_exact, "
                              "or 'tis')")
         check_real(self.tis_cap, "tis_cap", "a finite number > 0",
@@ -356,10 +356,10 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, own_old: jax.
     if mb.behaviour_logp is not None:   # a stale / mismatched sampler μ: staleness.py
         log_w = losses.sequence_log_ratio(mb.old_logp, mb.behaviour_logp, counted)       # log π_old/μ
         to_behaviour = losses.sequence_log_ratio(fixed, mb.behaviour_logp, counted)      # log π_θ/μ
-        stale = staleness.stale_sums(log_w, to_behaviour, mb.valid, cfg.n, correction=cfg.correction,
+        stale = staleness.stale_sums(log_w, to_behaviour, mb.valid, cfg.n, correction=cfg.stale_correction,
                                      tis_cap=cfg.tis_cap, clamp_delta=cfg.clamp_delta)
     coef = staleness.corrected_coefficients(
-        cfg.estimator_fn(), rows(mb.rewards), k=cfg.k, correction=cfg.correction, tis_cap=cfg.tis_cap,
+        cfg.estimator_fn(), rows(mb.rewards), k=cfg.k, correction=cfg.stale_correction, tis_cap=cfg.tis_cap,
         log_ratio_old=rows(log_ratio), log_w=None if log_w is None else rows(log_w),
         to_behaviour=None if to_behaviour is None else rows(to_behaviour), mask=rows(mb.valid),
         answer_ids=rows(mb.answer_ids)).reshape(-1)

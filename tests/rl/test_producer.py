@@ -175,6 +175,7 @@ def test_the_loop_trains_on_stale_batches_and_checkpoints_the_in_flight_ones(war
     assert rows[0]["ppo/stale_ratio_max"] < 1.001   # batch 0 is on-policy: π_old/μ = 1 up to float error
     assert rows[1]["ppo/stale_log_ratio_abs_mean"] > 1e-3 and 0 < rows[1]["ppo/stale_ess_fraction_min"] <= 1
     assert all("ppo/stale_clamped_fraction" in r and "time/wait_rollout_s" in r for r in rows)
+    assert P.in_flight_folder(str(tmp_path / "out")) == str(tmp_path / "out" / "in_flight")
     items = P.load_in_flight(str(tmp_path / "out" / "in_flight"), 2)
     assert [(p.index, p.version) for p in items.values()] == [(2, 1)]
     assert P.load_in_flight(str(tmp_path / "out" / "in_flight"), 3) == {}

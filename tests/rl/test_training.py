@@ -376,7 +376,7 @@ def test_stale_batches_use_three_logprobs(params, estimator, correction):
     options = {"baseline": "none", "clamp_delta": None} if estimator != "grpo" else {}
     cfg = training.StepConfig(estimator=estimator, k=2, sampler=sampler(), estimator_options=options,
                               loss=LossConfig(kind="is_weighted", aggregation="seq_sum_norm", norm_length=T),
-                              correction=correction, tis_cap=cap)
+                              stale_correction=correction, tis_cap=cap)
     mesh = single_mesh()
     tx = optax.sgd(LR)
     _, sh = training.abstract_train_state(CONFIG, tx, mesh)
