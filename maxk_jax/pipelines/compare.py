@@ -29,6 +29,7 @@ from maxk_jax.pipelines.evaluation import eval_problems, eval_sampler, evaluate_
 from maxk_jax.pipelines.methods import REFERENCE, MethodTable, apply_method, validate_methods
 from maxk_jax.pipelines.phases import PhaseTimer, write_json
 from maxk_jax.rl.metrics_log import read_metrics
+from maxk_jax.rl.run_config import replace_fields
 
 if TYPE_CHECKING:
     from maxk_jax.eval.result import EvalResult
@@ -130,40 +131,67 @@ def aggregate(base: EvalResult, runs: dict[str, dict[int, EvalResult]], large_k:
     return out
 
 
+def final_eval_extends_curves(cfg: PipelineConfig) -> bool:
+    """Whether the in-loop evaluation samples exactly as the final one (same sampler settings and
+    key, its ``rl.eval.limit`` problems a prefix of the ``eval.num_problems``): then its problems'
+    samples are the first rows of the final evaluation's (per-sample keys), so the base evaluation
+    is each curve's step-0 point and a run's final evaluation its last point, and the run need not
+    evaluate after its last step (``rl.eval.at_end=False``). Synthetic data (what compare runs)."""
+    final = min(cfg.eval.num_problems, cfg.synthetic.num_test)
+    return (bool(cfg.rl.eval.interval) and cfg.rl.eval_sampler() == cfg.eval.sampler
+            and cfg.rl.eval.seed == cfg.eval.seed and in_loop_problems(cfg) <= final)
+
+
+def in_loop_problems(cfg: PipelineConfig) -> int:
+    """How many test problems the in-loop evaluation covers: the first ``rl.eval.limit`` (0 = all)
+    of the synthetic test split."""
+    return min(cfg.rl.eval.limit or cfg.synthetic.num_test, cfg.synthetic.num_test)
+
+
 def eval_curves(cfg: PipelineConfig, base: EvalResult, rl_dirs: dict[str, dict[int, str]],
-                large_k: int) -> dict[str, Any]:
+                large_k: int, finals: Optional[dict[str, dict[int, EvalResult]]] = None) -> dict[str, Any]:
     """max@1 and max@`large_k` against the RL step, from the periodic evaluations in each run's
     ``<rl_dir>/metrics.jsonl`` (``rl_dirs[method][seed]``): per method the steps, the per-seed
-    values and their mean / std (ddof=0) per k. The base model's values on the same problems are
-    the step-0 point when the in-loop evaluation samples exactly as the final one (same sampler
-    settings and seed: then its first problems' samples are the base evaluation's own). Returns
+    values and their mean / std (ddof=0) per k. When `final_eval_extends_curves`, the base
+    model's values on the same problems are the step-0 point, and a run that did not evaluate
+    after its last step (``rl.eval.at_end=False``) gets that point (step ``rl.max_steps``) from its
+    final evaluation ``finals[method][seed]`` on the same first problems. Returns
     ``{"ks", "num_problems", "base": {k: value} | None, "methods": {name: {"steps", "mean", "std",
     "per_seed"}}}``."""
     ks = [1, large_k]
-    out: dict[str, Any] = {"ks": ks, "num_problems": None, "base": None, "methods": {}}
+    limit = in_loop_problems(cfg)
+    extends = final_eval_extends_curves(cfg) and limit <= len(base.problems)
+
+    def prefix_means(result: EvalResult) -> dict[int, float]:
+        per = result.per_problem()["max_at_k"]
+        return {k: float(np.nanmean(per[:limit, result.ks.index(k)])) for k in ks}
+
+    out: dict[str, Any] = {"ks": ks, "num_problems": limit, "base": None, "methods": {}}
     for method, by_seed in rl_dirs.items():
         per_seed: dict[str, dict[int, list[float]]] = {}
         steps: list[int] | None = None
         for seed, rl_dir in by_seed.items():
             evals = [r for r in read_metrics(os.path.join(rl_dir, "metrics.jsonl"))
                      if r.get(f"eval/max_at_k/{large_k}") is not None]
-            if not evals:
-                raise ValueError(f"{rl_dir!r} has no periodic evaluation with max@{large_k} (rl.eval.ks)")
             these = [int(r["step"]) for r in evals]
+            values = {k: [float(r[f"eval/max_at_k/{k}"]) for r in evals] for k in ks}
+            final = (finals or {}).get(method, {}).get(seed)
+            if extends and final is not None and cfg.rl.max_steps not in these:
+                these.append(cfg.rl.max_steps)
+                for k, v in prefix_means(final).items():
+                    values[k].append(v)
+            if not these:
+                raise ValueError(f"{rl_dir!r} has no periodic evaluation with max@{large_k} (rl.eval.ks)")
             if steps is not None and these != steps:
                 raise ValueError(f"{method}: seeds were evaluated at different steps ({steps} vs {these})")
             steps = these
-            per_seed[str(seed)] = {k: [float(r[f"eval/max_at_k/{k}"]) for r in evals] for k in ks}
-        values = {k: np.array([v[k] for v in per_seed.values()]) for k in ks}   # [S, E]
+            per_seed[str(seed)] = values
+        stacked = {k: np.array([v[k] for v in per_seed.values()]) for k in ks}   # [S, E]
         out["methods"][method] = {"steps": steps, "per_seed": per_seed,
-                                  "mean": {k: values[k].mean(0).tolist() for k in ks},
-                                  "std": {k: values[k].std(0).tolist() for k in ks}}
-    limit = cfg.rl.eval.limit or len(base.problems)
-    out["num_problems"] = limit
-    if (cfg.rl.eval_sampler() == cfg.eval.sampler and cfg.rl.eval.seed == cfg.eval.seed
-            and limit <= len(base.problems)):
-        per = base.per_problem()["max_at_k"]
-        out["base"] = {k: float(np.nanmean(per[:limit, base.ks.index(k)])) for k in ks}
+                                  "mean": {k: stacked[k].mean(0).tolist() for k in ks},
+                                  "std": {k: stacked[k].std(0).tolist() for k in ks}}
+    if extends:
+        out["base"] = prefix_means(base)
     return out
 
 
@@ -351,6 +379,8 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                         run_cfg = dataclasses.replace(apply_method(cfg, method, method_table), seed=seed)
                         rcfg = dataclasses.replace(rl_config(run_cfg, model_path, rl_dir, train_path),
                                                    name=f"{method}/seed{seed}")
+                        if final_eval_extends_curves(run_cfg):   # the final evaluation below scores it
+                            rcfg = replace_fields(rcfg, {"eval.at_end": False})
                         timer.run(f"rl {method} seed {seed}", lambda: rl_loop.run(rcfg, executor=judge,
                                                                                   progress=progress))
                 runs[method][seed] = evaluated(eval_dir, lambda: load_trained(rl_dir, model_path).params,
@@ -358,7 +388,7 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                 stats[method][seed] = training_stats(rl_dir)
         agg = aggregate(base, runs, large_k, stats, reference)
         curves = eval_curves(cfg, base, {m: {s: os.path.join(out_dir, m, f"seed{s}", "rl") for s in seeds}
-                                         for m in methods}, large_k) if cfg.rl.eval.interval else None
+                                         for m in methods}, large_k, runs) if cfg.rl.eval.interval else None
     finally:
         if own_judge:
             judge.close()

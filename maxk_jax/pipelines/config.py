@@ -237,7 +237,8 @@ def testbed_config() -> PipelineConfig:
     exactly three operations (``synthetic.list_fraction=0``, ``min_ops=max_ops=3``), sampled at
     temperature 1.4 in the rollouts and every evaluation; n = 256 samples on 96 test problems (k <=
     128); 96 RL steps with a periodic evaluation every 48 steps on the first 32 test problems (the
-    same sampler and key as the final evaluation, so the curves start at the base model)."""
+    same sampler and key as the final evaluation, so the curves start at the base model and end at
+    the final evaluation's first 32 problems: ``compare_methods`` skips the in-loop one after step 96)."""
     d = default_config()
     sampler = SamplerSettings(n=256, max_new_tokens=d.eval.sampler.max_new_tokens, temperature=TESTBED_TEMPERATURE)
     return replace_fields(d, {

@@ -22,7 +22,8 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
      log-ratios are exactly 0 there; "sampler" uses the sampler's log-probs.  Either way the
      sampler's disagreement with the trainer is logged, ``rollout/logprob_mismatch_{mean,max}``
      (|Δ log p| per counted completion token);
-  5. periodic evaluation (``maxk_jax.eval.run.evaluate`` on ``eval.*`` problems,
+  5. periodic evaluation (``maxk_jax.eval.run.evaluate`` on ``eval.*`` problems, every
+     ``eval.interval`` steps and after the last unless ``eval.at_end`` is False (`evaluates_after`),
      a fixed key so checkpoints are compared on the same sample keys);
   6. the metrics record is written, then (every ``checkpoint.interval`` steps and at the end)
      an orbax checkpoint: state ``{"step", "params", "opt_state"}`` plus metadata
@@ -72,7 +73,7 @@ from maxk_jax.data import load_dataset, load_problems, make_token_counter
 from maxk_jax.data.problem import Problem
 from maxk_jax.execution import Executor, JudgeCounter
 from maxk_jax.rl.config_dict import to_config_dict
-from maxk_jax.rl.run_config import ProblemSource, RunConfig
+from maxk_jax.rl.run_config import EvalSettings, ProblemSource, RunConfig
 from maxk_jax.rl.metrics_log import MetricsLogger
 from maxk_jax.models.tokenizer_protocol import Tokenizer
 from maxk_jax.sampling.rollout_copy import RolloutLayout
@@ -161,6 +162,14 @@ def _mean_over_iterations(per_iter: list[dict[str, float]]) -> dict[str, float]:
     for key in per_iter[0]:
         out[f"ppo/{key}"] = float(np.mean([m[key] for m in per_iter]))
     return out
+
+
+def evaluates_after(settings: EvalSettings, done: int, total: int) -> bool:
+    """Whether the periodic evaluation runs after RL step `done` (1-based) of `total`: every
+    ``interval`` steps and after the last one, unless ``at_end`` is False (then never after the last)."""
+    if done == total:
+        return settings.at_end
+    return done % settings.interval == 0
 
 
 def problems_of_eval(cfg: RunConfig, tokenizer: Tokenizer) -> list[Problem]:
@@ -446,7 +455,7 @@ def rl_step(ctx: RunContext, step: int, state: training.TrainState, rng: jax.Arr
     train_s = time.perf_counter() - t0
     metrics.update(_mean_over_iterations(per_iter))
     eval_s = 0.0
-    if eval_fn is not None and ((step + 1) % cfg.eval.interval == 0 or step + 1 == ctx.total):
+    if eval_fn is not None and evaluates_after(cfg.eval, step + 1, ctx.total):
         t0 = time.perf_counter()
         metrics.update(eval_fn(state.params, step + 1))
         eval_s = time.perf_counter() - t0

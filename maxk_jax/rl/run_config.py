@@ -303,10 +303,13 @@ class CheckpointSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalSettings(ProblemSource):
-    """Periodic evaluation every ``interval`` RL steps (0 = never) on a `ProblemSource`, sampled
+    """Periodic evaluation every ``interval`` RL steps (0 = never) and, with ``at_end``, after the
+    last step, on a `ProblemSource`, sampled
     with ``sampler`` (n per problem; max_new_tokens 0 = rollout's; temperature 0 = greedy), k
     values ``ks`` (() = 1, 2, 4, ..., n/2; every k <= n/2), ``batch_size`` problems per sampler call, and the fixed
-    key ``seed`` (every checkpoint scored on the same sample keys)."""
+    key ``seed`` (every checkpoint scored on the same sample keys). ``at_end=False`` skips the
+    evaluation after the last step, even when it is a multiple of ``interval``: for a caller that
+    evaluates the final model anyway (``compare_methods``' final evaluation samples the same keys)."""
 
     SECTION: ClassVar[str] = "eval"
     split: str = "test"
@@ -316,10 +319,12 @@ class EvalSettings(ProblemSource):
     ks: tuple[int, ...] = ()
     batch_size: int = 64
     seed: int = 0
+    at_end: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int(self.interval, "eval.interval", 0)
+        check_type(self.at_end, "eval.at_end", bool)
         check_sampler(self.sampler, "eval", min_new_tokens=0)
         int_tuple(self, "ks", "eval.ks", 1)
         top = max_reported_k(self.sampler.n)

@@ -15,6 +15,13 @@ from tests.pipelines.fixtures import eval_result, method_table
 METHODS = method_table()
 
 
+def _max_at_k(rewards: list, k: int) -> float:
+    """Unbiased max@k of one problem's n rewards (brute force over the k-subsets)."""
+    import itertools
+
+    return float(np.mean([max(c) for c in itertools.combinations(rewards, k)]))
+
+
 
 def test_aggregate_means_stds_and_paired_tests():
     rng = np.random.default_rng(0)
@@ -80,7 +87,10 @@ def test_large_k_and_dataset_validation(tmp_path):
 
 @pytest.mark.slow
 def test_toy_comparison_writes_table_and_plot(tmp_path):
-    cfg = replace_fields(toy_config(), {"runs_dir": str(tmp_path)})
+    cfg = toy_config()   # + the in-loop evaluation of the final one's sampler and key after step 1
+    cfg = replace_fields(cfg, {"runs_dir": str(tmp_path), "rl.eval.interval": 1, "rl.eval.dataset": "synthetic",
+                               "rl.eval.limit": 1, "rl.eval.sampler": cfg.eval.sampler, "rl.eval.seed": cfg.eval.seed,
+                               "rl.eval.batch_size": cfg.eval.batch_size})
     run = lambda: run_comparison(cfg, ["grpo", "maxk_offpolicy"], [0, 1], name="cmp", large_k=2,  # noqa: E731
                                  progress=False, method_table=METHODS)
     out = run()
@@ -94,6 +104,14 @@ def test_toy_comparison_writes_table_and_plot(tmp_path):
     data = json.loads((root / "results.json").read_text())
     assert set(data["methods"]) == {"base", "grpo", "maxk_offpolicy"}
     assert set(data["methods"]["grpo"]["max_at_k"]["per_seed"]) == {"0", "1"}
+    # the runs skip the in-loop evaluation after their last step: that point is the final evaluation's
+    metrics = [json.loads(line) for line in (root / "grpo/seed1/rl/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in metrics if "eval/max_at_k/2" in r] == [1]
+    assert not (root / "grpo/seed1/rl/eval/step_2").exists() and (root / "grpo/seed1/rl/eval/step_1").is_dir()
+    curve = data["curves"]["methods"]["grpo"]
+    final = json.loads((root / "grpo/seed1/eval/per_problem.jsonl").read_text().splitlines()[0])
+    assert curve["steps"] == [1, 2] and data["curves"]["base"] is not None
+    assert curve["per_seed"]["1"]["2"][1] == pytest.approx(_max_at_k(final["rewards"], 2))
     # repeating the command resumes: nothing is trained or evaluated again
     again = run()
     assert [k for k in again["timings"] if k.startswith(("rl", "eval"))] == []
@@ -156,12 +174,44 @@ def test_eval_curves_from_the_periodic_evaluations(tmp_path):
     assert curves["base"][1] == pytest.approx(0.375) and curves["base"][128] == pytest.approx(0.75)
     other = replace_fields(cfg, {"rl.eval.seed": 0})   # another key: no base point
     assert eval_curves(other, base, {"grpo": dirs}, 128)["base"] is None
+    # runs with rl.eval.at_end=False: the last point is the final evaluation's first 32 problems
+    short = {}
+    for seed in (0, 1):
+        rl = tmp_path / f"short{seed}"
+        rl.mkdir()
+        recs = [{"step": 48, "eval/max_at_k/1": 0.2, "eval/max_at_k/128": 0.7}, {"step": 96, "ppo/kl_ref": 0.1}]
+        (rl / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        short[seed] = str(rl)
+    good = np.full((40, 256), 1.0)
+    good[32:] = 0.0                                      # only the first 32 problems count
+    finals = {"grpo": {0: dataclasses.replace(eval_result(good), ks=(1, 128)),
+                       1: dataclasses.replace(eval_result(np.tile(row, (40, 1))), ks=(1, 128))}}
+    g = eval_curves(cfg, base, {"grpo": short}, 128, finals)["methods"]["grpo"]
+    assert g["steps"] == [48, 96]
+    assert g["per_seed"]["0"][1] == pytest.approx([0.2, 1.0]) and g["per_seed"]["1"][128] == pytest.approx([0.7, 0.75])
+    # a run that evaluated after its last step keeps its own point
+    assert eval_curves(cfg, base, {"grpo": dirs}, 128, finals)["methods"]["grpo"]["mean"][1] == pytest.approx([0.25, 0.35])
+    # another key: the final evaluation is not the in-loop one, so no last point from it
+    assert eval_curves(other, base, {"grpo": short}, 128, finals)["methods"]["grpo"]["steps"] == [48]
     with pytest.raises(ValueError, match="no periodic evaluation with max@64"):
         eval_curves(cfg, base, {"grpo": dirs}, 64)
     from maxk_jax.pipelines import plot_eval_curves
 
     plot_eval_curves(curves, str(tmp_path / "curves.png"), "t")
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_the_final_evaluation_extends_the_curves_only_when_it_samples_the_same_keys():
+    from maxk_jax.pipelines import testbed_config
+    from maxk_jax.pipelines.compare import final_eval_extends_curves
+
+    cfg = testbed_config()
+    assert final_eval_extends_curves(cfg)
+    assert not final_eval_extends_curves(replace_fields(cfg, {"rl.eval.seed": 1}))
+    assert not final_eval_extends_curves(replace_fields(cfg, {"rl.eval.sampler.temperature": 1.0}))
+    assert not final_eval_extends_curves(replace_fields(cfg, {"eval.num_problems": 16}))   # 32 in the loop
+    assert not final_eval_extends_curves(replace_fields(cfg, {"rl.eval.limit": 0, "eval.num_problems": 48}))
+    assert not final_eval_extends_curves(replace_fields(cfg, {"rl.eval.interval": 0}))
 
 
 def test_reference_validation():

@@ -37,6 +37,16 @@ def test_data_stream_is_a_deterministic_permutation_per_epoch():
     assert plain == ["fixture/3", "fixture/4", "fixture/5"]
 
 
+def test_periodic_evaluation_steps():
+    from maxk_jax.rl.run_config import EvalSettings
+
+    every = EvalSettings(interval=4, problems="p.jsonl")
+    after = lambda settings, total: [d for d in range(1, total + 1) if rl_loop.evaluates_after(settings, d, total)]  # noqa: E731
+    assert after(every, 10) == [4, 8, 10] and after(every, 8) == [4, 8]
+    skip = EvalSettings(interval=4, problems="p.jsonl", at_end=False)
+    assert after(skip, 10) == [4, 8] and after(skip, 8) == [4]
+
+
 def test_build_batch_layout():
     prompts = [[5, 6, 7], [8]]
     p, n, t = 2, 3, 4
@@ -112,6 +122,7 @@ def test_metrics_logger_truncates_on_resume(tmp_path):
     ({"data.prompt_format": "xml"}, "prompt_format"),
     ({"data.chat": "auto"}, "data.chat='auto' must be True, False or None"),
     ({"model.logprob_chunk": 0}, "model.logprob_chunk=0 must be an int >= 1"),
+    ({"eval.at_end": "no"}, "eval.at_end='no'"),
 ])
 def test_bad_fields_fail_on_construction(tmp_path, change, message):
     cfg = small_config(str(tmp_path / "no_such_model"), "", tmp_path / "out")
