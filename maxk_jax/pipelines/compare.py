@@ -281,7 +281,8 @@ def comparison_settings(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequ
 # Fields added after comparisons were first written, with the value every earlier run had.
 LATER_FIELDS = (("rl.rollout.reward", "fraction"), ("rl.algo.loss.ratio_level", "token"),
                 ("rl.algo.loss.kl_target", "reference"), ("rl.rollout.max_staleness", 0),
-                ("rl.algo.stale_correction", "none"), ("rl.algo.tis_cap", 2.0), ("rl.eval.at_end", True))
+                ("rl.algo.stale_correction", "none"), ("rl.algo.tis_cap", 2.0), ("rl.eval.at_end", True),
+                ("rl.rollout.devices", 0))
 
 
 def _upgraded(config: dict[str, Any]) -> dict[str, Any]:

@@ -249,7 +249,8 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     cfg.distributed.initialize()  # before anything asks jax for its devices
     cfg.require_paths()
     cfg_step = cfg.validate()
-    mesh = sharding_lib.make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
+    learner_devices, rollout_devices = cfg.device_split()   # rollout_devices None: shared
+    mesh = sharding_lib.make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices=learner_devices)
     hosts = multihost.batch_block(mesh)[1]
     if cfg.rollout.prompts % hosts:
         raise ValueError(f"rollout.prompts={cfg.rollout.prompts} must be a multiple of the {hosts} "
@@ -313,7 +314,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         from maxk_jax.execution import make_executor
 
         executor = stack.enter_context(make_executor(cfg.rollout.executor))
-    layout = RolloutLayout.create(model_config, mesh)
+    layout = RolloutLayout.create(model_config, mesh, devices=rollout_devices)
     sampler = cfg.rollout_sampler(model_config, tokenizer).replace(mesh=layout.mesh)
     if eval_fn is None:
         eval_fn = make_eval_fn(cfg, problems_of_eval(cfg, tokenizer), executor, layout, sampler)

@@ -22,7 +22,7 @@ each way, the schema generated from these defaults).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from maxk_jax.estimators import estimator_info, get_estimator
@@ -150,7 +150,10 @@ class RolloutConfig:
     ``reward`` what the estimators train on: "fraction" of tests passed (the paper's continuous
     reward) or "binary" (1 when all pass); ``max_staleness`` s: batch t is sampled with the weights
     of step max(0, t − s) by a producer that overlaps with training (0 = synchronous; see
-    ``maxk_jax.rl.producer`` and ``algo.stale_correction``); prompts are left-padded to ``sampling.prompt_length_bucket`` lengths >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128)."""
+    ``maxk_jax.rl.producer`` and ``algo.stale_correction``); ``devices`` d: the last d devices are
+    the rollout's alone (sampling and the in-loop evaluation, on the rollout copy's mesh), the
+    learner's mesh spans the others, and the copy of each weight version is sent across (0 = both
+    share every device; one process only); prompts are left-padded to ``sampling.prompt_length_bucket`` lengths >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128)."""
 
     SECTION: ClassVar[str] = "rollout"
     prompts: int = 16
@@ -163,10 +166,12 @@ class RolloutConfig:
     min_prompt_bucket: int = MIN_PROMPT_BUCKET
     reward: str = "fraction"
     max_staleness: int = 0
+    devices: int = 0
 
     def __post_init__(self) -> None:
         check_int(self.prompts, "rollout.prompts")
         check_int(self.max_staleness, "rollout.max_staleness", 0)
+        check_int(self.devices, "rollout.devices", 0)
         check_choice(self.reward, "rollout.reward", REWARDS)
         check_sampler(self.sampler, "rollout", min_new_tokens=1)
         if not self.sampler.temperature > 0:
@@ -416,20 +421,39 @@ class RunConfig:
 
     def validate(self, num_devices: int | None = None) -> StepConfig:
         """The checks a RunConfig cannot make on its own (every field was checked when it was built):
-        the mesh against ``num_devices`` (default ``len(jax.devices())``), the batch against the mesh
-        and the micro-batches, the optimizer; ValueError naming the field, before any compilation.
-        Returns the `step_config`."""
+        the rollout's devices and the learner's mesh against ``num_devices`` (default
+        ``len(jax.devices())``), the batch against the mesh and the micro-batches, the optimizer;
+        ValueError naming the field, before any compilation. Returns the `step_config`."""
         import jax
 
         from maxk_jax.rl.training import make_optimizer
 
         step = self.step_config()
-        data, fsdp, _ = self.mesh.resolve(len(jax.devices()) if num_devices is None else num_devices)
+        total = len(jax.devices()) if num_devices is None else num_devices
+        if self.rollout.devices:
+            if self.rollout.devices >= total:
+                raise ValueError(f"rollout.devices={self.rollout.devices} leaves no device of the {total} to the "
+                                 "learner (0 = the rollout shares the learner's devices)")
+            if jax.process_count() > 1:
+                raise ValueError(f"rollout.devices={self.rollout.devices} needs one process: on "
+                                 f"{jax.process_count()} processes the rollout shares the learner's devices "
+                                 "(rollout.devices=0)")
+        data, fsdp, _ = self.mesh.resolve(total - self.rollout.devices)
         step.check_batch(self.rollout.prompts * self.rollout.sampler.n, data * fsdp)
         o = self.optim
         make_optimizer(o.learning_rate, total_steps=max(o.warmup_steps, 1), schedule=o.schedule,
                        warmup_steps=o.warmup_steps, weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm or None)
         return step
+
+    def device_split(self, devices: Sequence[Any] | None = None) -> tuple[list[Any], list[Any] | None]:
+        """(learner devices, rollout devices) of ``devices`` (default ``jax.devices()``): the last
+        ``rollout.devices`` are the rollout's; None when it is 0 (the rollout shares the learner's).
+        Checked by `validate`."""
+        import jax
+
+        devices = list(jax.devices() if devices is None else devices)
+        d = self.rollout.devices
+        return (devices[:len(devices) - d], devices[len(devices) - d:]) if d else (devices, None)
 
     def eval_sampler(self) -> SamplerSettings:
         """The evaluation's sampler settings (``eval.sampler.max_new_tokens`` 0 = the rollout's)."""

@@ -22,6 +22,11 @@ cast-and-reshard (:meth:`RolloutLayout.copy`), on a **rollout mesh** over the sa
   gives the same logits as decoding from the trainer's weights (up to the reduction order of a
   different sharding).
 
+**A rollout sub-mesh** (``RolloutLayout.create(..., devices=...)``, the RL loop's ``rollout.devices``):
+the same layout over devices of its own, beside the learner's mesh, so decoding (the asynchronous
+producer, ``rollout.max_staleness`` > 0) and the update run on different chips at the same time. The
+copy is then cast where the weights live and sent across once per weight version.
+
 The sampler takes the copy with the rollout mesh (``sampling.generate(config, layout.copy(params),
 ..., mesh=layout.mesh)``); the caller drops the copy after sampling, so its memory is free again
 before the update. Per device it holds ``weight bytes / t``. ``experiments/plan_sample.py``
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -97,15 +103,23 @@ class RolloutLayout:
     jitted_copy: Any = dataclasses.field(repr=False)
 
     @classmethod
-    def create(cls, config: qwen2.Qwen2Config, mesh: Mesh, dtype: str = "auto", max_tensor: int = 0
-               ) -> RolloutLayout:
-        """The layout for decoding ``config`` on ``mesh``'s devices (see the module docstring;
+    def create(cls, config: qwen2.Qwen2Config, mesh: Mesh, dtype: str = "auto", max_tensor: int = 0,
+               devices: Sequence[jax.Device] | None = None) -> RolloutLayout:
+        """The layout for decoding ``config`` on ``mesh``'s devices, or on ``devices`` of its own
+        (a rollout sub-mesh beside the learner's ``mesh``; see the module docstring;
         ``max_tensor`` caps the rollout mesh's tensor ways, 0 = no cap)."""
         target = rollout_dtype(config, dtype)
-        rmesh = rollout_mesh(config, mesh, max_tensor)
+        own = mesh if devices is None else Mesh(np.asarray(list(devices), dtype=object).reshape(-1, 1, 1),
+                                                sharding_lib.MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+        rmesh = rollout_mesh(config, own, max_tensor)
         shardings = sharding_lib.param_shardings(rmesh, qwen2.logical_axes(config), qwen2.abstract_params(config),
                                                  DECODE_RULES)
-        jitted = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(target), p), out_shardings=shardings)
+        cast = lambda p: jax.tree.map(lambda x: x.astype(target), p)  # noqa: E731
+        if set(rmesh.devices.flat) == set(np.asarray(mesh.devices).flat):
+            jitted = jax.jit(cast, out_shardings=shardings)
+        else:   # cast where the params live (a program spans one device set), then send the cast copy over
+            cast_here = jax.jit(cast)
+            jitted = lambda p: jax.device_put(cast_here(p), shardings)  # noqa: E731
         return cls(config=config, mesh=rmesh, dtype=target, shardings=shardings, jitted_copy=jitted)
 
     @property
@@ -119,9 +133,10 @@ class RolloutLayout:
                             qwen2.abstract_params(self.config), self.shardings)
 
     def copy(self, params: Params) -> Params:
-        """params (any placement, any float dtype) -> the rollout copy: every leaf cast to
-        ``dtype`` and resharded onto ``shardings`` by one jitted program (nothing donated: the
-        trainer keeps its params)."""
+        """params (on the learner's mesh, any float dtype) -> the rollout copy: every leaf cast to
+        ``dtype`` and resharded onto ``shardings`` by one jitted program, or, on a rollout sub-mesh,
+        cast on the learner's devices and sent to the rollout's (``jax.device_put``; nothing
+        donated: the trainer keeps its params)."""
         return self.jitted_copy(params)
 
     def bytes_per_device(self) -> int:

@@ -134,7 +134,7 @@ def test_settings_written_before_the_typed_options_still_resume():
     del before["rl"]["rollout"]["reward"]    # and before asynchronous rollouts
     del before["rl"]["algo"]["loss"]["ratio_level"], before["rl"]["algo"]["loss"]["kl_target"]
     del before["rl"]["rollout"]["max_staleness"], before["rl"]["algo"]["stale_correction"], before["rl"]["algo"]["tis_cap"]
-    del before["rl"]["eval"]["at_end"]       # and before rl.eval.at_end
+    del before["rl"]["eval"]["at_end"], before["rl"]["rollout"]["devices"]   # and before these two
     assert _upgraded(before) == new
 
 

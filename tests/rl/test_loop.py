@@ -1,5 +1,6 @@
 """RL loop: data order, config validation, rollout batch layout / metrics, metrics log, and
 end-to-end runs on a tiny checkpoint with the embedded executor (incl. SIGKILL + resume)."""
+import dataclasses
 import json
 import os
 import signal
@@ -282,6 +283,68 @@ def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path):
         mean, worst = metrics["rollout/logprob_mismatch_mean"], metrics["rollout/logprob_mismatch_max"]
         assert 0.0 <= mean <= worst < 1e-3 and "ppo/logprob_mismatch_mean" not in metrics
     assert (tmp_path / "out" / "config.json").is_file()
+
+
+def test_a_rollout_sub_mesh_beside_the_learners(tiny_ckpt, problems_file, tmp_path):
+    """rollout.devices=4 of 8: the train state lives on the first 4 devices, every rollout copy
+    (the producer's and the in-loop evaluation's) on the last 4, batch t from version max(0, t - 1)."""
+    import contextlib
+
+    cfg = small_config(tiny_ckpt, problems_file, tmp_path / "out", max_steps=3, **{
+        "rollout.devices": 4, "rollout.max_staleness": 1, "eval.interval": 3, "eval.dataset": "",
+        "eval.problems": problems_file, "eval.limit": 2, "eval.sampler.n": 2, "eval.sampler.max_new_tokens": 0})
+    devices = jax.devices()
+    copies = []
+    with contextlib.ExitStack() as stack:
+        ctx = rl_loop.setup(cfg, stack)
+        assert set(ctx.mesh.devices.flat) == set(devices[:4])
+        assert set(ctx.rollout_layout.mesh.devices.flat) == set(devices[4:]) == set(ctx.sampler.mesh.devices.flat)
+        layout_copy = ctx.rollout_layout.copy
+
+        def spy(params):
+            out = layout_copy(params)
+            copies.append({d for leaf in jax.tree.leaves(out) for d in leaf.sharding.device_set})
+            return out
+
+        ctx.rollout_layout = dataclasses.replace(ctx.rollout_layout, jitted_copy=spy)
+        ctx.eval_fn = rl_loop.make_eval_fn(cfg, rl_loop.problems_of_eval(cfg, ctx.tokenizer), ctx.executor,
+                                           ctx.rollout_layout, ctx.sampler)
+        state, rng, records = ctx.state, ctx.rng, []
+        for step in range(3):
+            state, rng, metrics = rl_loop.rl_step(ctx, step, state, rng)
+            records.append(metrics)
+        assert {d for leaf in jax.tree.leaves(state.params) for d in leaf.sharding.device_set} == set(devices[:4])
+    assert [r["rollout/weight_version"] for r in records] == [0, 0, 1]
+    assert len(copies) == 3 and all(c == set(devices[4:]) for c in copies)   # versions 0, 1 + the evaluation
+    assert "eval/max_at_k/1" in records[2] and np.isfinite(records[2]["ppo/loss"])
+
+
+@pytest.mark.slow
+def test_a_rollout_sub_mesh_trains_as_the_same_meshes_on_a_machine_of_their_own(tiny_ckpt, problems_file, tmp_path):
+    """8 devices with rollout.devices=4 (learner on 4, rollout copy sent to the other 4) gives the
+    metrics of a 4-device process whose learner and rollout share its 4 devices: the same two
+    programs on the same mesh shapes; only where they run differs."""
+    from tests.test_multihost import assert_same_metrics, finish, start, train_args
+
+    args = lambda out: [a.replace("--config.max_steps=2", "--config.max_steps=3") for a in  # noqa: E731
+                        train_args(tiny_ckpt, problems_file, out)] + ["--config.rollout.max_staleness=1"]
+    cache = str(tmp_path / "cache")
+    sub, own = tmp_path / "sub", tmp_path / "own"
+    finish(start("experiments.train", args(sub) + ["--config.rollout.devices=4"], processes=1, devices=8,
+                 cache=cache, distributed=None)
+           + start("experiments.train", args(own), processes=1, devices=4, cache=cache, distributed=None))
+    a, b = read_metrics(sub / "metrics.jsonl"), read_metrics(own / "metrics.jsonl")
+    assert [r["rollout/weight_version"] for r in a] == [0, 0, 1]
+    assert_same_metrics(a, b)
+    assert [r["reward/mean"] for r in a] == [r["reward/mean"] for r in b]   # the same samples
+
+
+@pytest.mark.parametrize("devices, message", [(8, "leaves no device of the 8 to the learner"),
+                                               (3, "does not divide")])
+def test_rollout_devices_are_checked_against_the_machine(tmp_path, devices, message):
+    cfg = small_config(str(tmp_path / "m"), "", tmp_path / "out", **{"rollout.devices": devices, "mesh.data": 2})
+    with pytest.raises(ValueError, match=message):
+        cfg.validate(8)
 
 
 @pytest.mark.slow
