@@ -38,6 +38,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "maxk_offpolicy_zero_flat": ("maxk_offpolicy", {"zero_flat_rows": True}, {}),
     # BoN-max-mean divided by the reward std, "as in vanilla GRPO" (§4.3); App. A does not divide
     "bon_max_mean_std": ("bon_max_mean", {"divide_std": True}, {}),
+    # eq. 4 as the paper prints it, one factor at a time: the sequence-level ratio inside the clip,
+    # and the KL to pi_old instead of the frozen reference
+    "maxk_offpolicy_seq_ratio": ("maxk_offpolicy", {}, {"algo.loss.ratio_level": "sequence"}),
+    "maxk_offpolicy_kl_old": ("maxk_offpolicy", {}, {"algo.loss.kl_target": "old"}),
 }
 
 

@@ -29,6 +29,12 @@ def test_methods_set_estimator_loss_form_options_and_overrides():
     lr = cfg.rl.optim.learning_rate
     cfg = apply_method(cfg, "grpo_lowlr", METHODS)
     assert cfg.rl.algo.estimator == "grpo" and cfg.rl.optim.learning_rate == 1.5e-4 != lr
+    # eq. 4 as printed, one factor each, on the paper's method
+    run = rl_config(apply_method(cfg, "maxk_offpolicy_seq_ratio", METHODS), "/m", "/o", "/t")
+    assert (run.algo.estimator, run.algo.loss.ratio_level, run.algo.loss.kl_target) == (
+        "maxk_offpolicy", "sequence", "reference")
+    run = rl_config(apply_method(cfg, "maxk_offpolicy_kl_old", METHODS), "/m", "/o", "/t")
+    assert (run.algo.loss.ratio_level, run.algo.loss.kl_target) == ("token", "old")
     # a registry name outside the table: its defaults, loss form "auto"
     assert method_spec("tang_loo", {}) == ("tang_loo", "auto", {}, {})
 
