@@ -13,6 +13,8 @@ rounds and its speed-up against s = 0 measured in the same run. Results go to ``
 bench_async.{json,md,png}. What overlaps on one host: the producer thread samples (XLA) and the
 sandbox processes judge while the learner's train step runs (XLA): on a 2-core machine the two XLA
 programs compete for the same cores, so only the judging and the Python between them overlap for free.
+On an accelerator slice ``--rollout_devices=4`` times the s > 0 runs with a rollout sub-mesh of their own
+(``rollout.devices``) against the synchronous loop on every device.
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ def define_flags() -> None:
                                         "settings are timed; override fields with --config.<field>=<value>.",
                                         lock_config=False)
     flags.DEFINE_list("staleness", ["0", "1", "2"], "rollout.max_staleness values to time (0 = synchronous, the baseline).")
+    flags.DEFINE_integer("rollout_devices", 0, "Devices given to the rollout alone in the s > 0 runs "
+                         "(rollout.devices: a rollout sub-mesh beside the learner's; the s = 0 baseline shares every "
+                         "device). 0 = every run shares them.", lower_bound=0)
     flags.DEFINE_integer("steps", 8, "RL steps per run.", lower_bound=2)
     flags.DEFINE_integer("skip", 2, "Leading steps of each run left out of the means (compilation).", lower_bound=0)
     flags.DEFINE_integer("rounds", 2, "Rounds over the s values (alternating order); medians over rounds.", lower_bound=1)
@@ -51,9 +56,10 @@ def define_flags() -> None:
 
 
 def time_run(cfg: Any, base_path: str, train_path: str, out_dir: str, s: int, *, steps: int, skip: int,
-             progress: bool) -> dict[str, float]:
-    """One RL run of `steps` steps with ``rollout.max_staleness = s``: mean seconds per step (and per
-    part, `PARTS`) over the steps after `skip`, and the loop's wall time."""
+             progress: bool, rollout_devices: int = 0) -> dict[str, float]:
+    """One RL run of `steps` steps with ``rollout.max_staleness = s`` (and ``rollout.devices =
+    rollout_devices``): mean seconds per step (and per part, `PARTS`) over the steps after `skip`,
+    and the loop's wall time."""
     from maxk_jax.pipelines.config import rl_config
     from maxk_jax.rl import loop as rl_loop
     from maxk_jax.rl.metrics_log import read_metrics
@@ -61,7 +67,8 @@ def time_run(cfg: Any, base_path: str, train_path: str, out_dir: str, s: int, *,
 
     shutil.rmtree(out_dir, ignore_errors=True)
     run_cfg = replace_fields(rl_config(cfg, base_path, out_dir, train_path), {
-        "name": f"s{s}", "max_steps": steps, "rollout.max_staleness": s, "eval.interval": 0,
+        "name": f"s{s}", "max_steps": steps, "rollout.max_staleness": s, "rollout.devices": rollout_devices,
+        "eval.interval": 0,
         "checkpoint.interval": steps, "log.tensorboard": False})
     start = time.perf_counter()
     rl_loop.run(run_cfg, progress=progress)
@@ -137,11 +144,16 @@ def main(argv: Sequence[str]) -> None:
     for r in range(FLAGS.rounds):
         for s in (values if r % 2 == 0 else values[::-1]):
             out = time_run(cfg, base_path, train_path, os.path.join(FLAGS.results_dir, f"run_s{s}"), s,
-                           steps=FLAGS.steps, skip=FLAGS.skip, progress=FLAGS.progress)
+                           steps=FLAGS.steps, skip=FLAGS.skip, progress=FLAGS.progress,
+                           rollout_devices=FLAGS.rollout_devices if s else 0)
             runs[s].append(out)
             print(f"round {r} s={s}: {out['step_s']:.2f} s/step (learner waited {out['wait_rollout_s']:.2f} s)")
     rows = summarise(runs)
-    header = (f"RL step time, {cfg.name} config, {FLAGS.steps} steps (first {FLAGS.skip} left out), "
+    import jax
+
+    split = (f", s > 0 with {FLAGS.rollout_devices} of {jax.device_count()} devices for the rollout"
+             if FLAGS.rollout_devices else "")
+    header = (f"RL step time, {cfg.name} config{split}, {FLAGS.steps} steps (first {FLAGS.skip} left out), "
               f"median of {FLAGS.rounds} rounds; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     text = markdown(rows, header)
     print("\n" + text)
@@ -149,7 +161,7 @@ def main(argv: Sequence[str]) -> None:
         f.write(text)
     with open(os.path.join(FLAGS.results_dir, "bench_async.json"), "w", encoding="utf-8") as f:
         json.dump({"rows": rows, "runs": {str(s): v for s, v in runs.items()}, "steps": FLAGS.steps,
-                   "skip": FLAGS.skip, "config": cfg.name}, f, indent=2)
+                   "skip": FLAGS.skip, "config": cfg.name, "rollout_devices": FLAGS.rollout_devices}, f, indent=2)
     plot(rows, os.path.join(FLAGS.results_dir, "bench_async.png"), header[:90])
 
 

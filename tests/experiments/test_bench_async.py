@@ -26,6 +26,7 @@ def test_summary_medians_and_speedup_against_synchronous():
 def test_bench_async_toy(tmp_path):
     res = subprocess.run([sys.executable, "-m", "experiments.bench_async", "--config=experiments/configs/tiny.py:toy",
                           "--progress=false", "--staleness=0,1", "--steps=3", "--skip=1", "--rounds=1",
+                          "--rollout_devices=4",   # 8 simulated devices (tests/conftest.py): 4 + 4 for s = 1
                           f"--config.runs_dir={tmp_path}", f"--results_dir={tmp_path / 'bench'}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -34,6 +35,10 @@ def test_bench_async_toy(tmp_path):
     assert (tmp_path / "bench" / "bench_async.png").is_file()
     metrics = [json.loads(line) for line in (tmp_path / "bench" / "run_s1" / "metrics.jsonl").read_text().splitlines()]
     assert [m["rollout/weight_version"] for m in metrics] == [0, 0, 1]
+    devices = {s: json.loads((tmp_path / "bench" / f"run_s{s}" / "config.json").read_text())["rollout"]["devices"]
+               for s in (0, 1)}
+    assert devices == {0: 0, 1: 4} and out["rollout_devices"] == 4
+    assert "s > 0 with 4 of 8 devices for the rollout" in (tmp_path / "bench" / "bench_async.md").read_text()
 
 
 def test_staleness_without_the_baseline_is_refused(tmp_path):
