@@ -83,12 +83,22 @@ def test_json_schema_agrees_with_the_validator() -> None:
 SLOW = {"code": "import time\ntime.sleep(1.0)\nprint(1)", "mode": "stdio", "limits": {"cpu_s": 1, "wall_s": 3}}
 
 
+def wait_until(condition, what: str, timeout: float = 30.0) -> None:
+    """Poll `condition` until it holds (a loaded machine may take long to admit a request)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
 def test_overload_answers_429_and_503_with_retry_after(executor, serve_app) -> None:
     url = serve_app(create_app(executor.supervisor, max_inflight=1, max_pending=3))
     slow = dict(SLOW, id="slow", tests=[{"stdin": "", "expected": "1"}] * 3)
+    inflight = lambda u: httpx.get(f"{u}/healthz").json()["inflight"]  # noqa: E731
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         first = pool.submit(httpx.post, f"{url}/v1/judge", json={"submissions": [slow]}, timeout=60)
-        time.sleep(0.5)
+        wait_until(lambda: inflight(url) == 1, "the slow request to be admitted")
         busy = httpx.post(f"{url}/v1/judge", json={"submissions": [SUBS[1]]})
         assert busy.status_code == 429 and int(busy.headers["retry-after"]) >= 1
         assert first.result().status_code == 200
@@ -98,9 +108,9 @@ def test_overload_answers_429_and_503_with_retry_after(executor, serve_app) -> N
     url2 = serve_app(create_app(executor.supervisor, max_inflight=4, max_pending=4))
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         a = pool.submit(httpx.post, f"{url2}/v1/judge", json={"submissions": [dict(slow, id="a")]}, timeout=60)
-        time.sleep(0.4)                       # both slots busy, one test of "a" queued
+        wait_until(lambda: executor.supervisor.pending() == 1, "both slots busy, one test of 'a' queued")
         b = pool.submit(httpx.post, f"{url2}/v1/judge", json={"submissions": [dict(slow, id="b")]}, timeout=60)
-        time.sleep(0.4)                       # 4 tests queued: the limit
+        wait_until(lambda: executor.supervisor.pending() == 4, "4 tests queued: the limit")
         full = httpx.post(f"{url2}/v1/judge", json={"submissions": [SUBS[1]]})
         assert full.status_code == 503 and int(full.headers["retry-after"]) >= 1
         assert a.result().status_code == 200 and b.result().status_code == 200
