@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -15,6 +17,7 @@ def _run(*args):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow   # 28 s: the toy warm-up + an n = 8 evaluation in a subprocess
 def test_one_point_row_and_table(tmp_path):
     table = tmp_path / "cal.jsonl"
     res = _run("--point=toy", "--k=2", f"--config.runs_dir={tmp_path}", f"--table={table}",
