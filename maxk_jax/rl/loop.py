@@ -166,7 +166,10 @@ def _mean_over_iterations(per_iter: list[dict[str, float]]) -> dict[str, float]:
 
 def evaluates_after(settings: EvalSettings, done: int, total: int) -> bool:
     """Whether the periodic evaluation runs after RL step `done` (1-based) of `total`: every
-    ``interval`` steps and after the last one, unless ``at_end`` is False (then never after the last)."""
+    ``interval`` steps and after the last one, unless ``at_end`` is False (then never after the last);
+    never with ``interval`` 0."""
+    if not settings.interval:
+        return False
     if done == total:
         return settings.at_end
     return done % settings.interval == 0

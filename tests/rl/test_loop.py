@@ -46,6 +46,7 @@ def test_periodic_evaluation_steps():
     assert after(every, 10) == [4, 8, 10] and after(every, 8) == [4, 8]
     skip = EvalSettings(interval=4, problems="p.jsonl", at_end=False)
     assert after(skip, 10) == [4, 8] and after(skip, 8) == [4]
+    assert after(EvalSettings(), 10) == []   # interval 0: no periodic evaluation
 
 
 def test_build_batch_layout():
