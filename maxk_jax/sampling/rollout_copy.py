@@ -109,8 +109,7 @@ class RolloutLayout:
         (a rollout sub-mesh beside the learner's ``mesh``; see the module docstring;
         ``max_tensor`` caps the rollout mesh's tensor ways, 0 = no cap)."""
         target = rollout_dtype(config, dtype)
-        own = mesh if devices is None else Mesh(np.asarray(list(devices), dtype=object).reshape(-1, 1, 1),
-                                                sharding_lib.MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+        own = mesh if devices is None else sharding_lib.make_mesh(-1, 1, 1, devices=devices)
         rmesh = rollout_mesh(config, own, max_tensor)
         shardings = sharding_lib.param_shardings(rmesh, qwen2.logical_axes(config), qwen2.abstract_params(config),
                                                  DECODE_RULES)
