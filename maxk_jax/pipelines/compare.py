@@ -6,7 +6,9 @@ tests against the paper's method (`REFERENCE`).
 Outputs of `run_comparison` in ``<runs_dir>/<name>/``: ``results.md`` (the table), ``results.json``
 (every number, per seed and per k), ``max_at_k.png`` and ``frontier.png`` (`compare_plots`),
 ``compare_config.json`` (the settings; a repeated call with the same settings resumes: finished
-(method, seed) runs are skipped), ``<method>/seed<s>/{rl,eval}`` and ``base/``.
+(method, seed) runs are skipped, an interrupted RL run continues from its last checkpoint — every
+``rl.checkpoint.interval`` steps — or restarts when it has none), ``<method>/seed<s>/{rl,eval}``
+and ``base/``.
 """
 from __future__ import annotations
 
@@ -267,9 +269,11 @@ def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
 def comparison_settings(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[int],
                         large_k: int) -> dict[str, Any]:
     """The settings a comparison directory is resumed under (``compare_config.json``): the shared
-    config without the run name, runs directory and the per-method RL fields, plus methods, seeds
-    and large_k."""
+    config without the run name, runs directory, the per-method RL fields and ``rl.checkpoint``
+    (when to save does not change a run: a resumed run equals an uninterrupted one), plus methods,
+    seeds and large_k."""
     shared = {k: v for k, v in to_config_dict(cfg).to_dict().items() if k not in ("name", "runs_dir")}
+    shared["rl"].pop("checkpoint", None)
     for key in ("estimator", "estimator_options"):   # set per method
         shared["rl"]["algo"].pop(key, None)
     shared["rl"]["algo"]["loss"].pop("kind", None)
@@ -288,8 +292,10 @@ LATER_FIELDS = (("rl.rollout.reward", "fraction"), ("rl.algo.loss.ratio_level", 
 def _upgraded(config: dict[str, Any]) -> dict[str, Any]:
     """A ``compare_config.json`` config written before the loader options were typed pairs
     (``data.options_json``, a JSON object) in today's form (``data.options``, sorted pairs), and
-    with `LATER_FIELDS` it lacks set to the value its runs had."""
+    with `LATER_FIELDS` it lacks set to the value its runs had, without ``rl.checkpoint``."""
     config = json.loads(json.dumps(config))
+    if isinstance(config.get("rl"), dict):
+        config["rl"].pop("checkpoint", None)   # not a setting since resumable runs (comparison_settings)
     data = config.get("data", {})
     if "options_json" in data:
         options = sorted(json.loads(data.pop("options_json") or "{}").items())
@@ -302,6 +308,16 @@ def _upgraded(config: dict[str, Any]) -> dict[str, Any]:
         if isinstance(node, dict):
             node.setdefault(last, value)
     return config
+
+
+def checkpoint_steps(rl_dir: str) -> list[int]:
+    """RL steps of the finished checkpoints under ``<rl_dir>/checkpoints`` (orbax renames a step's
+    folder to its number when the save completes), ascending; [] when there are none."""
+    folder = os.path.join(rl_dir, "checkpoints")
+    if not os.path.isdir(folder):
+        return []
+    return sorted(int(name) for name in os.listdir(folder)
+                  if name.isdigit() and os.path.isdir(os.path.join(folder, name)))
 
 
 def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[int], *, name: str,
@@ -374,16 +390,18 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                 run_dir = os.path.join(out_dir, method, f"seed{seed}")
                 eval_dir, rl_dir = os.path.join(run_dir, "eval"), os.path.join(run_dir, "rl")
                 if not os.path.isfile(os.path.join(eval_dir, "summary.json")):
-                    final = os.path.join(rl_dir, "checkpoints", str(cfg.rl.max_steps))
-                    if not os.path.isdir(final):
-                        shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run restarts cleanly
+                    saved = checkpoint_steps(rl_dir)
+                    if cfg.rl.max_steps not in saved:
+                        if not saved:
+                            shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run restarts cleanly
                         run_cfg = dataclasses.replace(apply_method(cfg, method, method_table), seed=seed)
                         rcfg = dataclasses.replace(rl_config(run_cfg, model_path, rl_dir, train_path),
                                                    name=f"{method}/seed{seed}")
                         if final_eval_extends_curves(run_cfg):   # the final evaluation below scores it
                             rcfg = replace_fields(rcfg, {"eval.at_end": False})
-                        timer.run(f"rl {method} seed {seed}", lambda: rl_loop.run(rcfg, executor=judge,
-                                                                                  progress=progress))
+                        label = f"rl {method} seed {seed}" + (f" (resumed at step {max(saved)})" if saved else "")
+                        timer.run(label, lambda: rl_loop.run(rcfg, executor=judge, progress=progress,
+                                                             resume=bool(saved)))
                 runs[method][seed] = evaluated(eval_dir, lambda: load_trained(rl_dir, model_path).params,
                                                f"{method} seed {seed}")
                 stats[method][seed] = training_stats(rl_dir)

@@ -238,14 +238,15 @@ def testbed_config() -> PipelineConfig:
     temperature 1.4 in the rollouts and every evaluation; n = 256 samples on 96 test problems (k <=
     128); 96 RL steps with a periodic evaluation every 48 steps on the first 32 test problems (the
     same sampler and key as the final evaluation, so the curves start at the base model and end at
-    the final evaluation's first 32 problems: ``compare_methods`` skips the in-loop one after step 96)."""
+    the final evaluation's first 32 problems: ``compare_methods`` skips the in-loop one after step 96);
+    a checkpoint every 16 steps, so an interrupted comparison loses at most 16 steps of a run."""
     d = default_config()
     sampler = SamplerSettings(n=256, max_new_tokens=d.eval.sampler.max_new_tokens, temperature=TESTBED_TEMPERATURE)
     return replace_fields(d, {
         "name": "testbed",
         "synthetic": dataclasses.replace(d.synthetic, list_fraction=0.0, min_ops=3, max_ops=3, num_test=96),
         "eval.sampler": sampler, "eval.num_problems": 96,
-        "rl.max_steps": 96, "rl.rollout.sampler.temperature": TESTBED_TEMPERATURE,
+        "rl.max_steps": 96, "rl.rollout.sampler.temperature": TESTBED_TEMPERATURE, "rl.checkpoint.interval": 16,
         "rl.eval.interval": 48, "rl.eval.dataset": "synthetic", "rl.eval.split": "test", "rl.eval.limit": 32, "rl.eval.sampler": sampler, "rl.eval.seed": d.eval.seed,
         "rl.eval.batch_size": d.eval.batch_size})
 

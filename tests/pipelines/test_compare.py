@@ -121,6 +121,50 @@ def test_toy_comparison_writes_table_and_plot(tmp_path):
         run()
 
 
+@pytest.mark.slow
+def test_an_interrupted_run_continues_from_its_last_checkpoint(tmp_path):
+    cfg = replace_fields(toy_config(), {"runs_dir": str(tmp_path), "rl.checkpoint.interval": 1,
+                                        "rl.checkpoint.keep": 2})
+    run = lambda: run_comparison(cfg, ["grpo"], [0], name="cmp", large_k=2, progress=False,  # noqa: E731
+                                 method_table=METHODS, reference="base")
+    run()
+    rl_dir = tmp_path / "cmp" / "grpo" / "seed0" / "rl"
+    first_rewards = (rl_dir.parent / "eval" / "per_problem.jsonl").read_text()
+    first_metrics = [json.loads(line) for line in (rl_dir / "metrics.jsonl").read_text().splitlines()]
+    import shutil
+
+    from maxk_jax.pipelines.compare import checkpoint_steps
+
+    assert checkpoint_steps(str(rl_dir)) == [1, 2]
+    shutil.rmtree(rl_dir / "checkpoints" / "2")     # as if killed after step 1's checkpoint
+    shutil.rmtree(rl_dir.parent / "eval")
+    again = run()
+    assert [k for k in again["timings"] if k.startswith("rl")] == ["rl grpo seed 0 (resumed at step 1)"]
+    assert (rl_dir.parent / "eval" / "per_problem.jsonl").read_text() == first_rewards
+    metrics = [json.loads(line) for line in (rl_dir / "metrics.jsonl").read_text().splitlines()]
+    untimed = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))}  # noqa: E731
+                            for r in rows]
+    assert untimed(metrics) == untimed(first_metrics)
+    # with no checkpoint an interrupted run starts over, and the save interval is not a setting
+    shutil.rmtree(rl_dir / "checkpoints")
+    shutil.rmtree(rl_dir.parent / "eval")
+    cfg = replace_fields(cfg, {"rl.checkpoint.interval": 1000, "rl.checkpoint.keep": 1})
+    again = run()
+    assert [k for k in again["timings"] if k.startswith("rl")] == ["rl grpo seed 0"]
+    assert (rl_dir.parent / "eval" / "per_problem.jsonl").read_text() == first_rewards
+
+
+def test_checkpoint_steps_are_the_finished_saves(tmp_path):
+    from maxk_jax.pipelines.compare import checkpoint_steps
+
+    assert checkpoint_steps(str(tmp_path)) == []
+    folder = tmp_path / "checkpoints"
+    for name in ("16", "32", "48.orbax-checkpoint-tmp-7"):
+        (folder / name).mkdir(parents=True)
+    (folder / "64").write_text("not a folder")
+    assert checkpoint_steps(str(tmp_path)) == [16, 32]
+
+
 def test_settings_written_before_the_typed_options_still_resume():
     from maxk_jax.pipelines.compare import _upgraded, comparison_settings
 
@@ -136,6 +180,9 @@ def test_settings_written_before_the_typed_options_still_resume():
     del before["rl"]["rollout"]["max_staleness"], before["rl"]["algo"]["stale_correction"], before["rl"]["algo"]["tis_cap"]
     del before["rl"]["eval"]["at_end"], before["rl"]["rollout"]["devices"]   # and before these two
     assert _upgraded(before) == new
+    assert "checkpoint" not in new["rl"]     # when to save is not a setting (an interrupted run resumes)
+    saved_with_checkpoints = {**new, "rl": {**new["rl"], "checkpoint": {"interval": 1000, "keep": 1}}}
+    assert _upgraded(saved_with_checkpoints) == new
 
 
 def test_the_base_model_as_the_reference_of_the_tests():
