@@ -59,20 +59,55 @@ def cell_config(cfg: PipelineConfig, cell: Cell) -> PipelineConfig:
 
 
 def _run_means(rl_dir: str) -> dict[str, float]:
-    """Means over the RL steps of a run's staleness statistics and times (NaN when not logged)."""
+    """Means over the RL steps of a run's staleness statistics and times (NaN when not logged), and
+    ``time/rl_step_s``: seconds per RL step without the in-loop evaluation (step_s − eval_s)."""
     with open(os.path.join(rl_dir, "metrics.jsonl"), encoding="utf-8") as f:
         records = [json.loads(line) for line in f if line.strip()]
     out = {}
     for key in STALE_KEYS + TIME_KEYS:
         values = [r[key] for r in records if r.get(key) is not None]
         out[key] = float(np.mean(values)) if values else float("nan")
+    steps = [r["time/step_s"] - (r.get("time/eval_s") or 0.0) for r in records if r.get("time/step_s") is not None]
+    out["time/rl_step_s"] = float(np.mean(steps)) if steps else float("nan")
     return out
+
+
+def _curve(res: dict[str, Any], method: str, large: str) -> tuple[list[float], list[float]]:
+    """(RL steps, max@K) of a method's in-loop evaluation curve, mean over seeds, the base model as
+    step 0 (``results.json``'s ``curves``; ([], []) when the comparison has none)."""
+    curves = res.get("curves") or {}
+    entry = (curves.get("methods") or {}).get(method)
+    if not entry or large not in entry["mean"]:
+        return [], []
+    return [0.0] + [float(t) for t in entry["steps"]], [float(curves["base"][large])] + list(entry["mean"][large])
+
+
+def add_equal_wall_time(rows: Sequence[dict[str, Any]]) -> None:
+    """The equal-wall-time reading, in place: for each s > 0 row whose method has a synchronous row
+    with a curve, ``sync_steps_at_equal_time`` = the RL steps the synchronous run makes in the time
+    this run took for all of its steps (from both runs' measured seconds per RL step,
+    ``time/rl_step_s``; capped at the run's length) and ``sync_curveK_at_equal_time`` = the
+    synchronous run's curve max@K there (linear between its evaluation points); ``curveK_end`` =
+    this run's own last curve point (the same evaluation problems). NaN where not defined."""
+    sync = {r["method"]: r for r in rows if r["s"] == 0}
+    for r in rows:
+        r["curveK_end"] = r["curve_maxK"][-1] if r["curve_maxK"] else float("nan")
+        r["sync_steps_at_equal_time"] = r["sync_curveK_at_equal_time"] = float("nan")
+        ref = sync.get(r["method"])
+        if not r["s"] or ref is None or not ref["curve_maxK"] or not r["curve_steps"]:
+            continue
+        total = r["curve_steps"][-1]
+        steps = min(total, total * r["time/rl_step_s"] / ref["time/rl_step_s"])
+        if np.isfinite(steps):
+            r["sync_steps_at_equal_time"] = float(steps)
+            r["sync_curveK_at_equal_time"] = float(np.interp(steps, ref["curve_steps"], ref["curve_maxK"]))
 
 
 def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
     """One row per (method, correction, s) of the finished cells (a cell without results.json is
-    skipped): max@1 / max@K / pass@1 / pass@K (mean and per seed), the base's, and the runs' means of
-    `STALE_KEYS` and `TIME_KEYS` (mean over seeds)."""
+    skipped): max@1 / max@K / pass@1 / pass@K (mean and per seed), the base's, the runs' means of
+    `STALE_KEYS`, `TIME_KEYS` and ``time/rl_step_s`` (mean over seeds), the in-loop max@K curve
+    (``curve_steps``, ``curve_maxK``) and the equal-wall-time reading (`add_equal_wall_time`)."""
     rows = []
     for cell in cells:
         path = os.path.join(runs_dir, cell.name, "results.json")
@@ -94,8 +129,10 @@ def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
                 row[f"{short}1"] = entry[metric]["mean"]["1"]
                 row[f"{short}K"] = entry[metric]["mean"][large]
                 row[f"{short}K_per_seed"] = [entry[metric]["per_seed"][s][large] for s in seeds]
-            row.update({key: float(np.mean([r[key] for r in runs])) for key in STALE_KEYS + TIME_KEYS})
+            row.update({key: float(np.mean([r[key] for r in runs])) for key in runs[0]})
+            row["curve_steps"], row["curve_maxK"] = _curve(res, method, large)
             rows.append(row)
+    add_equal_wall_time(rows)
     return rows
 
 
@@ -109,27 +146,35 @@ def grid_markdown(rows: Sequence[dict[str, Any]]) -> str:
         return "(no finished cell)\n"
     k = rows[0]["large_k"]
     lines = [f"| method / correction | s | seeds | max@1 | max@{k} | pass@1 | pass@{k} | |log π_old/μ| | clamped "
-             "| ESS/n mean (min) | s/step | learner wait s/step |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"| ESS/n mean (min) | s/step | learner wait s/step | curve max@{k} at the end | sync at equal time "
+             "(its steps) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["label"].split()[0], r["s"], r["correction"])):
+        steps = r.get("sync_steps_at_equal_time", float("nan"))
         lines.append(
             f"| {r['label']} | {r['s']} | {r['seeds']} | {_fmt(r['max1'])} | {_fmt(r['maxK'])} | {_fmt(r['pass1'])} | "
             f"{_fmt(r['passK'])} | {_fmt(r['ppo/stale_log_ratio_abs_mean'], 2)} | "
             f"{_fmt(r['ppo/stale_clamped_fraction'], 2)} | {_fmt(r['ppo/stale_ess_fraction_mean'], 2)} "
-            f"({_fmt(r['ppo/stale_ess_fraction_min'], 2)}) | {_fmt(r['time/step_s'], 2)} | "
-            f"{_fmt(r['time/wait_rollout_s'], 2)} |")
-    lines.append(f"\nBase model: max@1 {_fmt(rows[0]['base_max1'])}, max@{k} {_fmt(rows[0]['base_maxK'])}.")
+            f"({_fmt(r['ppo/stale_ess_fraction_min'], 2)}) | {_fmt(r.get('time/rl_step_s', float('nan')), 2)} | "
+            f"{_fmt(r['time/wait_rollout_s'], 2)} | {_fmt(r.get('curveK_end', float('nan')))} | "
+            f"{_fmt(r.get('sync_curveK_at_equal_time', float('nan')))}"
+            + (f" ({steps:.0f})" if np.isfinite(steps) else "") + " |")
+    lines.append(f"\nBase model: max@1 {_fmt(rows[0]['base_max1'])}, max@{k} {_fmt(rows[0]['base_maxK'])}. "
+                 "s/step: seconds per RL step without the in-loop evaluation. The last two columns read the "
+                 f"in-loop max@{k} curves (the periodic evaluation's problems; the base model at step 0): this "
+                 "run's last point, and the synchronous run of the same method after the RL steps it makes in "
+                 "the time this run took (from the two s/step; linear between evaluation points).")
     return "\n".join(lines) + "\n"
 
 
 def plot_grid(rows: Sequence[dict[str, Any]], path: str, title: str) -> None:
-    """max@1 and max@K against s, one line per method / correction (the s = 0 point is each method's
-    synchronous run), the base dashed."""
+    """max@1, max@K and seconds per RL step (without the in-loop evaluation) against s, one line per
+    method / correction (the s = 0 point is each method's synchronous run), the base dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     sync = {r["method"]: r for r in rows if r["s"] == 0}
     lines: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -138,13 +183,15 @@ def plot_grid(rows: Sequence[dict[str, Any]], path: str, title: str) -> None:
     for label, pts in sorted(lines.items()):
         method = pts[0]["method"]
         pts = ([sync[method]] if method in sync else []) + sorted(pts, key=lambda r: r["s"])
-        for ax, key in zip(axes, ("max1", "maxK")):
-            ax.plot([p["s"] for p in pts], [p[key] for p in pts], marker="o", label=label)
+        for ax, key in zip(axes, ("max1", "maxK", "time/rl_step_s")):
+            ax.plot([p["s"] for p in pts], [p.get(key, float("nan")) for p in pts], marker="o", label=label)
     if rows:
         for ax, key, name in zip(axes, ("base_max1", "base_maxK"), ("max@1", f"max@{rows[0]['large_k']}")):
             ax.axhline(rows[0][key], color="gray", linestyle="--", label="base")
             ax.set_xlabel("staleness s (RL steps)")
             ax.set_ylabel(name)
+    axes[2].set_xlabel("staleness s (RL steps)")
+    axes[2].set_ylabel("seconds per RL step (no evaluation)")
     axes[1].legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -18,36 +18,46 @@ def test_cells_cover_every_correction_for_each_staleness():
     assert (cfg.rl.rollout.max_staleness, cfg.rl.algo.stale_correction) == (2, "behaviour")
 
 
-def _fake_cell(root, cell, values):
-    """A finished comparison directory: results.json and each run's metrics.jsonl."""
+def _fake_cell(root, cell, values, step_s=2.0):
+    """A finished comparison directory: results.json (with in-loop curves at steps 2 and 4) and each
+    run's metrics.jsonl (4 steps of `step_s` seconds plus 10 s of evaluation after step 2)."""
     d = root / cell.name
     methods = {"base": {"max_at_k": {"mean": {"1": 0.1, "4": 0.5}}, "pass_at_k": {"mean": {"1": 0.0, "4": 0.2}}}}
+    curves = {"ks": [1, 4], "num_problems": 2, "base": {"1": 0.1, "4": 0.4}, "methods": {}}
     for m in cell.methods:
         v = values[m]
         methods[m] = {metric: {"mean": {"1": v, "4": 2 * v}, "per_seed": {"0": {"1": v, "4": 2 * v}}}
                       for metric in ("max_at_k", "pass_at_k")}
+        curves["methods"][m] = {"steps": [2, 4], "mean": {"1": [v, v], "4": [0.4 + v, 0.4 + 2 * v]}}
         rl = d / m / "seed0" / "rl"
         rl.mkdir(parents=True)
         rows = [{"ppo/stale_log_ratio_abs_mean": 0.1 * s, "ppo/stale_clamped_fraction": 0.0,
                  "ppo/stale_ess_fraction_mean": 1.0 - 0.1 * s, "ppo/stale_ess_fraction_min": 0.5,
-                 "time/step_s": 2.0 + s, "time/wait_rollout_s": 0.0} for s in range(3)]
+                 "time/step_s": step_s + (10.0 if s == 1 else 0.0), "time/eval_s": 10.0 if s == 1 else 0.0,
+                 "time/wait_rollout_s": 0.0} for s in range(4)]
         (rl / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    (d / "results.json").write_text(json.dumps({"large_k": 4, "methods": methods}))
+    (d / "results.json").write_text(json.dumps({"large_k": 4, "methods": methods, "curves": curves}))
 
 
 def test_rows_table_and_plot_from_finished_cells(tmp_path):
     cells = grid_cells((0, 1))
     _fake_cell(tmp_path, cells[0], {"maxk_offpolicy": 0.3, "maxk_offpolicy_exact": 0.31, "grpo": 0.35})
-    _fake_cell(tmp_path, cells[2], {"maxk_offpolicy": 0.28, "maxk_offpolicy_exact": 0.29})
+    _fake_cell(tmp_path, cells[2], {"maxk_offpolicy": 0.28, "maxk_offpolicy_exact": 0.29}, step_s=1.5)
     rows = collect_rows(str(tmp_path), cells)        # cells 1 and 3 are not finished: skipped
     assert [(r["label"], r["s"], r["correction"]) for r in rows] == [
         ("maxk_offpolicy", 0, "sync"), ("maxk_offpolicy_exact", 0, "sync"), ("grpo", 0, "sync"),
         ("maxk_offpolicy first-order", 1, "behaviour"), ("maxk_offpolicy_exact exact", 1, "behaviour")]
     r = rows[3]
     assert (r["max1"], r["maxK"], r["maxK_per_seed"], r["base_maxK"]) == (0.28, 0.56, [0.56], 0.5)
-    np.testing.assert_allclose(r["ppo/stale_log_ratio_abs_mean"], 0.1)
-    np.testing.assert_allclose(r["time/step_s"], 3.0)
+    np.testing.assert_allclose(r["ppo/stale_log_ratio_abs_mean"], 0.15)
+    np.testing.assert_allclose((r["time/step_s"], r["time/rl_step_s"]), (4.0, 1.5))   # without the evaluation
+    # equal wall time: 4 steps at 1.5 s = 6 s, in which the synchronous run (2 s/step) makes 3 steps;
+    # its curve (0.4 at 0, 0.7 at 2, 1.0 at 4) is 0.85 there; this run's own curve ends at 0.96
+    np.testing.assert_allclose((r["sync_steps_at_equal_time"], r["sync_curveK_at_equal_time"], r["curveK_end"]),
+                               (3.0, 0.85, 0.96))
+    assert np.isnan(rows[0]["sync_steps_at_equal_time"]) and rows[0]["curveK_end"] == 1.0
     text = grid_markdown(rows)
     assert "| maxk_offpolicy first-order | 1 | 1 | 0.280 | 0.560 |" in text and "max@4" in text
+    assert "| 1.50 | 0.00 | 0.960 | 0.850 (3) |" in text
     plot_grid(rows, str(tmp_path / "grid.png"), "t")
     assert (tmp_path / "grid.png").stat().st_size > 0
