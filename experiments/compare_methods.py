@@ -32,7 +32,9 @@ testbed:
         --methods=grpo,grpo_binary --reference=base --seeds=0,1,2 --name=table1
   <method>/seed<s>/{rl,eval}   the RL run and its evaluation; base/ the base evaluation.
 Finished (method, seed) runs are skipped when the command is repeated (resumable), as long as the
-settings are unchanged (checked against ``compare_config.json``).
+settings are unchanged (checked against ``compare_config.json``); an interrupted RL run continues from
+its last checkpoint. ``--aggregate_only`` writes the table and plots of the runs finished so far (any
+number of seeds per method; the others are listed as not finished) and trains nothing.
 """
 from __future__ import annotations
 
@@ -68,6 +70,8 @@ def define_flags() -> None:
                         "with experiments.tiny_pipeline.")
     flags.DEFINE_integer("large_k", None, "The 'large k' column of the table (default and at most: config.eval.sampler.n / 2).")
     flags.DEFINE_bool("overwrite", False, "Delete earlier results of this comparison instead of resuming them.")
+    flags.DEFINE_bool("aggregate_only", False, "Train and evaluate nothing: write the table and plots of the "
+                      "(method, seed) runs already evaluated, listing the others as not finished.")
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars for warm-up, RL and evaluation.")
 
 
@@ -80,12 +84,14 @@ def main(argv: Sequence[str]) -> None:
     with cli.user_errors():   # every check before work: one line per mistake
         cfg = from_config_dict(FLAGS.config, shortcut_overrides(runs_dir=FLAGS.runs_dir))
         seeds = parse_seeds(FLAGS.seeds)
+        if FLAGS.aggregate_only and FLAGS.overwrite:
+            raise ValueError("--aggregate_only reads the finished runs that --overwrite would delete: give one")
         preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")
         preflight.check_executor(cfg.executor)
     start = time.perf_counter()
     out = run_comparison(cfg, FLAGS.methods, seeds, name=FLAGS.name, method_table=base_config.METHODS,
                          large_k=FLAGS.large_k, reference=FLAGS.reference, overwrite=FLAGS.overwrite,
-                         progress=FLAGS.progress)
+                         progress=FLAGS.progress, finished_only=FLAGS.aggregate_only)
     print(f"\nDone in {time.perf_counter() - start:.0f} s.\nTable: {out['results']}\nPlot: {out['plot']}")
 
 

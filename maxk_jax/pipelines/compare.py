@@ -222,11 +222,11 @@ def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
     best = {(m, k): max(methods[n][m]["mean"][k] for n in methods) for m in ("max_at_k", "pass_at_k") for k in (1, big)}
     reference = agg.get("reference", REFERENCE)
     tests = agg["wilcoxon_vs_" + reference]
-    head = ["Method", "max@1", f"max@{big}", "pass@1", f"pass@{big}", "p max@1", f"p max@{big}"]
+    head = ["Method", "seeds", "max@1", f"max@{big}", "pass@1", f"pass@{big}", "p max@1", f"p max@{big}"]
     lines = ["# Method comparison (max@k paper, Tables 2-3, at laptop scale)", "", *setup, "",
              "| " + " | ".join(head) + " |", "|:--" + "|--:" * (len(head) - 1) + "|"]
     for name, entry in methods.items():
-        cells = []
+        cells = ["—" if name == "base" else str(len(entry["max_at_k"]["per_seed"]))]
         for metric, k in (("max_at_k", 1), ("max_at_k", big), ("pass_at_k", 1), ("pass_at_k", big)):
             c = _cell(entry, metric, k)
             cells.append(f"**{c}**" if np.isclose(entry[metric]["mean"][k], best[(metric, k)]) else c)
@@ -322,14 +322,17 @@ def checkpoint_steps(rl_dir: str) -> list[int]:
 
 def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[int], *, name: str,
                    method_table: MethodTable, large_k: Optional[int] = None, reference: str = REFERENCE,
-                   overwrite: bool = False, progress: bool = True, executor: Optional[Executor] = None) -> dict[str, Any]:
+                   overwrite: bool = False, progress: bool = True, executor: Optional[Executor] = None,
+                   finished_only: bool = False) -> dict[str, Any]:
     """Train and evaluate every (method, seed) of the pipeline config `cfg` (synthetic data, tiny
     base model); write results.md / results.json / max_at_k.png / frontier.png under
     ``<cfg.runs_dir>/<name>`` (module docstring). method_table: the named methods
     (`maxk_jax.pipelines.methods`); large_k: the table's large-k column (default and at most
     ``eval.sampler.n // 2``: k <= n/2 only); reference: the row of the Wilcoxon tests (a method, or
     "base"); with ``rl.eval.interval`` > 0 every run is also evaluated during training and
-    curves.png / the results' "curves" show max@1 and max@large_k against the RL step; executor: the judge (default ``make_executor(cfg.executor)``, closed at the end). ValueError
+    curves.png / the results' "curves" show max@1 and max@large_k against the RL step; executor: the judge (default ``make_executor(cfg.executor)``, closed at the end);
+    finished_only: train and evaluate nothing, aggregate the (method, seed) runs already evaluated
+    (the others are listed in the setup lines and as results.json's "unfinished"). ValueError
     for bad settings or a directory holding a comparison with other settings (unless
     `overwrite`). Returns ``{"out_dir", "results", "plot", "aggregate", "timings"}``."""
     from maxk_jax.eval.report import read_report
@@ -385,10 +388,14 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
         base = evaluated(os.path.join(out_dir, "base"), lambda: base_params, "base")
         runs: dict[str, dict[int, EvalResult]] = {m: {} for m in methods}
         stats: dict[str, dict[int, dict[str, float]]] = {m: {} for m in methods}
+        unfinished: list[str] = []
         for seed in seeds:
             for method in methods:
                 run_dir = os.path.join(out_dir, method, f"seed{seed}")
                 eval_dir, rl_dir = os.path.join(run_dir, "eval"), os.path.join(run_dir, "rl")
+                if finished_only and not os.path.isfile(os.path.join(eval_dir, "summary.json")):
+                    unfinished.append(f"{method} seed {seed}")
+                    continue
                 if not os.path.isfile(os.path.join(eval_dir, "summary.json")):
                     saved = checkpoint_steps(rl_dir)
                     if cfg.rl.max_steps not in saved:
@@ -405,9 +412,13 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                 runs[method][seed] = evaluated(eval_dir, lambda: load_trained(rl_dir, model_path).params,
                                                f"{method} seed {seed}")
                 stats[method][seed] = training_stats(rl_dir)
+        runs, stats = {m: r for m, r in runs.items() if r}, {m: st for m, st in stats.items() if st}
+        if not runs or reference not in {"base", *runs}:
+            raise ValueError(f"no finished run of {'any method' if not runs else repr(reference)} to aggregate in "
+                             f"{out_dir!r} (unfinished: {', '.join(unfinished)})")
         agg = aggregate(base, runs, large_k, stats, reference)
-        curves = eval_curves(cfg, base, {m: {s: os.path.join(out_dir, m, f"seed{s}", "rl") for s in seeds}
-                                         for m in methods}, large_k, runs) if cfg.rl.eval.interval else None
+        curves = eval_curves(cfg, base, {m: {s: os.path.join(out_dir, m, f"seed{s}", "rl") for s in by_seed}
+                                         for m, by_seed in runs.items()}, large_k, runs) if cfg.rl.eval.interval else None
     finally:
         if own_judge:
             judge.close()
@@ -417,7 +428,8 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
              f"(`{model_path}`)",
              f"- every method: {rl.max_steps} RL steps x {rl.rollout.prompts} problems x n = {rl.rollout.sampler.n}, k = "
              f"{rl.algo.k}, lr {rl.optim.learning_rate}, {rl.algo.ppo_iterations} PPO iterations, KL beta "
-             f"{rl.algo.loss.kl_beta}, seeds {list(seeds)}",
+             f"{rl.algo.loss.kl_beta}, seeds {list(seeds)}"
+             + (f" (finished runs only; not finished: {', '.join(unfinished)})" if unfinished else ""),
              f"- evaluation: {len(problems)} synthetic test problems, n = {n} samples per problem (same sample "
              f"keys for every model), temperature {cfg.eval.sampler.temperature}",
              (f"- judge: {judge.stats['judged']} distinct programs judged for {judge.stats['submissions']} "
@@ -426,12 +438,15 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
     results = os.path.join(out_dir, "results.md")
     with open(results, "w", encoding="utf-8") as f:
         f.write(results_markdown(agg, setup))
-    write_json(os.path.join(out_dir, "results.json"), {**agg, "curves": curves, "timings": timer.phases})
+    write_json(os.path.join(out_dir, "results.json"), {**agg, "curves": curves, "timings": timer.phases,
+                                                       "unfinished": unfinished})
     if curves:
         plot_eval_curves(curves, os.path.join(out_dir, "curves.png"),
                          f"during RL: max@k on the first {curves['num_problems']} test problems (mean ± std over seeds)")
     plot = os.path.join(out_dir, "max_at_k.png")
-    plot_max_at_k(agg, plot, f"max@k after {rl.max_steps} RL steps (mean over {len(seeds)} seeds)")
+    counts = sorted({len(r) for r in runs.values()})
+    seeds_text = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    plot_max_at_k(agg, plot, f"max@k after {rl.max_steps} RL steps (mean over {seeds_text} seeds)")
     plot_frontier(agg, os.path.join(out_dir, "frontier.png"))
     return {"out_dir": out_dir, "results": results, "plot": plot, "aggregate": agg, "timings": timer.phases}
 

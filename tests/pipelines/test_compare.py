@@ -152,6 +152,17 @@ def test_an_interrupted_run_continues_from_its_last_checkpoint(tmp_path):
     again = run()
     assert [k for k in again["timings"] if k.startswith("rl")] == ["rl grpo seed 0"]
     assert (rl_dir.parent / "eval" / "per_problem.jsonl").read_text() == first_rewards
+    # aggregating the finished runs only: seed 1 never ran, nothing is trained or evaluated
+    partial = lambda seeds: run_comparison(cfg, ["grpo"], seeds, name="cmp", large_k=2, progress=False,  # noqa: E731
+                                           method_table=METHODS, reference="base", finished_only=True)
+    out = partial([0, 1])
+    assert [k for k in out["timings"] if k.startswith(("rl", "eval"))] == []
+    assert not (tmp_path / "cmp" / "grpo" / "seed1").exists()
+    data = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    assert data["unfinished"] == ["grpo seed 1"] and set(data["methods"]["grpo"]["max_at_k"]["per_seed"]) == {"0"}
+    assert "not finished: grpo seed 1" in (tmp_path / "cmp" / "results.md").read_text()
+    with pytest.raises(ValueError, match="no finished run of any method"):
+        partial([1])
 
 
 def test_checkpoint_steps_are_the_finished_saves(tmp_path):
