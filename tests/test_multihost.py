@@ -194,6 +194,32 @@ def test_stale_rollouts_on_two_processes_match_one_process(tiny_ckpt, problems_f
     assert sorted(os.listdir(two / "in_flight")) == [f"{s}.host{h}.pkl" for s in (3, 4) for h in (0, 1)]
 
 
+@pytest.mark.slow
+def test_each_hosts_rollout_sub_mesh_trains_as_one_process(tiny_ckpt, problems_file, tmp_path, compile_cache):
+    """rollout.devices=2 on each of 2 processes x 4 devices (each host's producer thread decodes its
+    share of the prompts on its own last 2 devices, s = 1; the learner's mesh spans the other 2 of
+    each) gives the metrics of 1 process x 8 devices with rollout.devices=4 (learner 4, rollout 4)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+
+    def args(out_dir, d):
+        return [a.replace("--config.max_steps=2", "--config.max_steps=3") for a in
+                train_args(tiny_ckpt, problems_file, out_dir)] + [
+            "--config.rollout.max_staleness=1", "--config.algo.stale_correction=behaviour",
+            f"--config.rollout.devices={d}"]
+
+    procs = start("experiments.train", args(two, 2), processes=2, devices=4, cache=compile_cache,
+                  distributed=train_cluster_flags)
+    procs += start("experiments.train", args(one, 4), processes=1, devices=8, cache=compile_cache, distributed=None)
+    finish(procs)
+    single, multi = read_metrics(one / "metrics.jsonl"), read_metrics(two / "metrics.jsonl")
+    assert [r["rollout/weight_version"] for r in multi] == [0, 0, 1]
+    assert_same_metrics(single, multi)
+    for b in multi:   # each host sampled and judged its half of the step's prompts
+        assert b["samples/judged_host0"] == b["samples/judged_host1"] == b["samples/judged"] / 2 == 4
+    report = "eval/step_2/per_problem.jsonl"
+    assert (one / report).read_bytes() == (two / report).read_bytes()
+
+
 def eval_cluster_flags(port: int, i: int) -> list[str]:
     return ["--distributed", f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"]
 

@@ -34,7 +34,9 @@ Multi-host (``distributed.*``, one process per host, see README "Multi-host"): e
 the same problem stream and key but samples and judges only its contiguous share of the step's
 prompts (``rollout.collect``), contributes its rows to the global batch
 (``multihost.global_batch``), and the metrics are computed from all hosts' rollouts
-(``rollout.gather_rollout``); process 0 writes metrics, config and evaluation reports.
+(``rollout.gather_rollout``); process 0 writes metrics, config and evaluation reports. With
+``rollout.devices`` d each host samples (and evaluates) its share on its own last d devices, in the
+producer thread when s > 0, while the learner's mesh spans every host's other devices.
 
 ``resume=True`` restores the newest checkpoint onto the same shardings and continues with the
 stored PRNG key and data position; on CPU a killed-and-resumed run logs the same metrics as an
@@ -181,12 +183,14 @@ def problems_of_eval(cfg: RunConfig, tokenizer: Tokenizer) -> list[Problem]:
 
 
 def make_eval_fn(cfg: RunConfig, problems: Sequence[Problem], executor: Executor, layout: RolloutLayout,
-                 sampler: Sampler) -> EvalFn | None:
+                 sampler: Sampler, share_mesh: jax.sharding.Mesh | None = None) -> EvalFn | None:
     """``eval_fn(params, rl_step) -> {"eval/pass_at_k/<k>": ..., "eval/max_at_k/<k>": ...}``:
     ``maxk_jax.eval.run.evaluate`` of `problems` with the rollout's `sampler` (its prompt format)
     under the eval sampling settings, a fixed key ``eval.seed`` (every checkpoint is scored on the
-    same sample keys), sampled from the rollout copy of ``params`` on ``layout``'s mesh; the report
-    goes to ``<output_dir>/eval/step_<rl_step>``. None when ``eval.interval`` is 0."""
+    same sample keys), sampled from the rollout copy of ``params`` on ``layout``'s mesh, the problems
+    split over the processes of ``share_mesh`` (default that mesh; the learner's when each host's rollout
+    mesh is its own); the report goes to ``<output_dir>/eval/step_<rl_step>``. None when
+    ``eval.interval`` is 0."""
     if not cfg.eval.interval:
         return None
     from maxk_jax.eval.report import write_report
@@ -196,7 +200,7 @@ def make_eval_fn(cfg: RunConfig, problems: Sequence[Problem], executor: Executor
     sampler = sampler.replace(settings=cfg.eval_sampler(), mesh=layout.mesh)
     options = EvalOptions(ks=cfg.eval_ks(), batch_size=cfg.eval.batch_size,
                           sandbox_retries=cfg.rollout.sandbox_retries, progress=False,
-                          host=multihost.batch_block(layout.mesh))
+                          host=multihost.batch_block(layout.mesh if share_mesh is None else share_mesh))
 
     def eval_fn(params: Any, rl_step: int) -> dict[str, float]:
         result = evaluate(sampler.replace(params=layout.copy(params)), problems, executor=executor, key=key,
@@ -320,7 +324,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     layout = RolloutLayout.create(model_config, mesh, devices=rollout_devices)
     sampler = cfg.rollout_sampler(model_config, tokenizer).replace(mesh=layout.mesh)
     if eval_fn is None:
-        eval_fn = make_eval_fn(cfg, problems_of_eval(cfg, tokenizer), executor, layout, sampler)
+        eval_fn = make_eval_fn(cfg, problems_of_eval(cfg, tokenizer), executor, layout, sampler, share_mesh=mesh)
     lead = jax.process_index() == 0
     logger = MetricsLogger(cfg.output_dir, tensorboard=cfg.log.tensorboard,
                            wandb_project=cfg.log.wandb_project or None, run_name=cfg.name,
@@ -331,7 +335,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     if lead:
         with open(os.path.join(cfg.output_dir, "config.json"), "w", encoding="utf-8") as f:
             f.write(to_config_dict(cfg).to_json_best_effort(indent=2))
-    producer = make_producer(cfg, problems, executor, sampler, start=start, total=total, rng=rng,
+    producer = make_producer(cfg, problems, executor, sampler, mesh, start=start, total=total, rng=rng,
                              ready=(producer_lib.load_in_flight(producer_lib.in_flight_folder(cfg.output_dir), start)
                                     if restoring and cfg.rollout.max_staleness else None))
     stack.callback(producer.close)
@@ -342,12 +346,15 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
                       state=state, rng=rng, producer=producer)
 
 
-def make_producer(cfg: RunConfig, problems: Sequence[Problem], executor: Executor, sampler: Sampler, *,
-                  start: int, total: int, rng: jax.Array,
+def make_producer(cfg: RunConfig, problems: Sequence[Problem], executor: Executor, sampler: Sampler,
+                  mesh: jax.sharding.Mesh, *, start: int, total: int, rng: jax.Array,
                   ready: dict[int, producer_lib.Produced] | None = None) -> producer_lib.RolloutProducer:
-    """The run's `producer.RolloutProducer`: batch t = ``rollout.collect`` of step t's problems with the
-    sampler template given the weights of step max(0, t − rollout.max_staleness) and the t-th key of
-    the chain from ``rng`` (at step ``start``), judged by this host's ``executor``."""
+    """The run's `producer.RolloutProducer`: batch t = ``rollout.collect`` of step t's problems (this
+    host's share: the processes of the learner's ``mesh`` split them) with the sampler template
+    given the weights of step max(0, t − rollout.max_staleness) and the t-th key of the chain from
+    ``rng`` (at step ``start``), judged by this host's ``executor``. With s > 0 it produces in a
+    thread when its sampler's mesh is this process's alone (one process, or a rollout sub-mesh of
+    each host's own devices: its programs are no collectives); inline otherwise."""
     s = cfg.rollout.max_staleness
 
     def produce(index: int, weights: Any, key: jax.Array) -> producer_lib.Produced:
@@ -355,10 +362,12 @@ def make_producer(cfg: RunConfig, problems: Sequence[Problem], executor: Executo
         batch_problems = step_problems(problems, index, cfg.rollout.prompts, cfg.seed, cfg.data.shuffle)
         ro = rollout_lib.collect(sampler.replace(params=weights), batch_problems, judge, key,
                                  sandbox_retries=cfg.rollout.sandbox_retries,
-                                 reward=cfg.rollout.reward)   # this host's share only
+                                 reward=cfg.rollout.reward, share_mesh=mesh)   # this host's share only
         return producer_lib.Produced(index, producer_lib.weight_version(index, s), ro, judge.count)
 
-    return producer_lib.RolloutProducer(produce, max_staleness=s, start=start, total=total, rng=rng, ready=ready)
+    threaded = s > 0 and not multihost.spans_processes(sampler.mesh)
+    return producer_lib.RolloutProducer(produce, max_staleness=s, start=start, total=total, rng=rng, ready=ready,
+                                        threaded=threaded)
 
 
 def run(cfg: RunConfig, *, resume: bool = False, executor: Executor | None = None,

@@ -22,8 +22,10 @@ batches that already depend only on published weights (t + 1 … t + s after ste
 stores them (`save_in_flight`), and a resumed run starts with them ready -- the resumed run is the
 uninterrupted one bit for bit, without keeping old weights.
 
-Multi-process runs produce inline too (same schedule, no overlap): the sampler's program spans every
-process, and two threads issuing cross-process programs could order them differently on different hosts.
+Multi-process runs whose sampler mesh spans every process produce inline (same schedule, no overlap):
+two threads issuing cross-process programs could order them differently on different hosts. With a
+rollout sub-mesh of each host's own devices (``rollout.devices``) the sampler's programs are local to
+its process, so each host's producer runs in a thread again and overlaps with the learner.
 """
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ ProduceFn = Callable[[int, Any, jax.Array], Produced]   # (index, weights, key) 
 class RolloutProducer:
     """Produces batches ``start .. total-1`` on the schedule of `weight_version` (see the module
     docstring). ``produce(index, weights, key)`` samples and judges one batch; ``ready`` are batches
-    restored from a checkpoint (``load_in_flight``); ``threaded`` (default: s > 0 on one process)
+    restored from a checkpoint (``load_in_flight``); ``threaded`` (default: s > 0 on one process; the RL loop passes s > 0 whenever its sampler's mesh is local)
     runs production in a background thread."""
 
     def __init__(self, produce: ProduceFn, *, max_staleness: int, start: int, total: int, rng: jax.Array,

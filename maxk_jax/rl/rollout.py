@@ -129,7 +129,7 @@ def _rewards(results: Sequence[ProblemResult]) -> tuple[np.ndarray, ...]:
 
 
 def collect(sampler: sampling.Sampler, problems: Sequence[Problem], executor: Executor, key: jax.Array, *,
-            sandbox_retries: int = 1, reward: str = "fraction") -> Rollout:
+            sandbox_retries: int = 1, reward: str = "fraction", share_mesh: jax.sharding.Mesh | None = None) -> Rollout:
     """Sample ``sampler.settings.n`` completions of every problem with ``key``, judge them (sandbox
     errors re-judged `sandbox_retries` times), build the Batch. `reward` (`REWARDS`): what the
     batch's rewards are -- the fraction of tests passed, or 1 / 0 for all tests passed; the
@@ -140,7 +140,9 @@ def collect(sampler: sampling.Sampler, problems: Sequence[Problem], executor: Ex
     judges and returns only its own contiguous share of the problems (``multihost.host_share``):
     the Rollout is host-local (``gather_rollout`` collects the metrics inputs of all hosts; the
     batch rows are this host's block of the global batch, ``multihost.global_batch``). The prompt
-    bucket is that of all P problems, so every host's batch has the same width.
+    bucket is that of all P problems, so every host's batch has the same width. ``share_mesh`` (default
+    ``sampler.mesh``): the mesh whose processes split the problems — the learner's, when each host
+    samples on a rollout mesh of its own devices.
     """
     if not problems:
         raise ValueError("collect needs at least one problem")
@@ -148,7 +150,7 @@ def collect(sampler: sampling.Sampler, problems: Sequence[Problem], executor: Ex
         raise ValueError(f"reward={reward!r} is not one of {REWARDS}")
     start = time.perf_counter()
     all_prompts, all_inside = sampler.encode(problems)
-    first, stop = multihost.host_row_range(len(problems), sampler.mesh)
+    first, stop = multihost.host_row_range(len(problems), sampler.mesh if share_mesh is None else share_mesh)
     problems = problems[first:stop]
     n = sampler.settings.n
     keys = jax.random.split(key, (len(all_prompts), n))[first:stop]

@@ -150,10 +150,11 @@ class RolloutConfig:
     ``reward`` what the estimators train on: "fraction" of tests passed (the paper's continuous
     reward) or "binary" (1 when all pass); ``max_staleness`` s: batch t is sampled with the weights
     of step max(0, t − s) by a producer that overlaps with training (0 = synchronous; see
-    ``maxk_jax.rl.producer`` and ``algo.stale_correction``); ``devices`` d: the last d devices are
-    the rollout's alone (sampling and the in-loop evaluation, on the rollout copy's mesh), the
+    ``maxk_jax.rl.producer`` and ``algo.stale_correction``); ``devices`` d: the last d devices of
+    each process are the rollout's alone (sampling and the in-loop evaluation, on the rollout copy's
+    mesh: with several processes each host's own d devices, sampling its share of the problems), the
     learner's mesh spans the others, and the copy of each weight version is sent across (0 = both
-    share every device; one process only); prompts are left-padded to ``sampling.prompt_length_bucket`` lengths >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128)."""
+    share every device); prompts are left-padded to ``sampling.prompt_length_bucket`` lengths >= ``min_prompt_bucket`` (powers of two up to 128, then multiples of 128)."""
 
     SECTION: ClassVar[str] = "rollout"
     prompts: int = 16
@@ -430,15 +431,12 @@ class RunConfig:
 
         step = self.step_config()
         total = len(jax.devices()) if num_devices is None else num_devices
-        if self.rollout.devices:
-            if self.rollout.devices >= total:
-                raise ValueError(f"rollout.devices={self.rollout.devices} leaves no device of the {total} to the "
-                                 "learner (0 = the rollout shares the learner's devices)")
-            if jax.process_count() > 1:
-                raise ValueError(f"rollout.devices={self.rollout.devices} needs one process: on "
-                                 f"{jax.process_count()} processes the rollout shares the learner's devices "
-                                 "(rollout.devices=0)")
-        data, fsdp, _ = self.mesh.resolve(total - self.rollout.devices)
+        hosts = jax.process_count()
+        if self.rollout.devices and self.rollout.devices >= total // hosts:
+            raise ValueError(f"rollout.devices={self.rollout.devices} leaves no device of the {total // hosts} of "
+                             f"{'each process' if hosts > 1 else 'this process'} to the learner (0 = the rollout "
+                             "shares the learner's devices)")
+        data, fsdp, _ = self.mesh.resolve(total - self.rollout.devices * hosts)
         step.check_batch(self.rollout.prompts * self.rollout.sampler.n, data * fsdp)
         o = self.optim
         make_optimizer(o.learning_rate, total_steps=max(o.warmup_steps, 1), schedule=o.schedule,
@@ -447,13 +445,21 @@ class RunConfig:
 
     def device_split(self, devices: Sequence[Any] | None = None) -> tuple[list[Any], list[Any] | None]:
         """(learner devices, rollout devices) of ``devices`` (default ``jax.devices()``): the last
-        ``rollout.devices`` are the rollout's; None when it is 0 (the rollout shares the learner's).
-        Checked by `validate`."""
+        ``rollout.devices`` of each process are the rollout's — this process's are returned — and
+        the learner's mesh spans every process's others; None when it is 0 (the rollout shares the
+        learner's). Checked by `validate`."""
         import jax
 
         devices = list(jax.devices() if devices is None else devices)
         d = self.rollout.devices
-        return (devices[:len(devices) - d], devices[len(devices) - d:]) if d else (devices, None)
+        if not d:
+            return devices, None
+        by_process: dict[int, list[Any]] = {}
+        for device in devices:
+            by_process.setdefault(device.process_index, []).append(device)
+        learner = [x for p in sorted(by_process) for x in by_process[p][:len(by_process[p]) - d]]
+        own = by_process[jax.process_index()] if jax.process_index() in by_process else by_process[min(by_process)]
+        return learner, own[len(own) - d:]
 
     def eval_sampler(self) -> SamplerSettings:
         """The evaluation's sampler settings (``eval.sampler.max_new_tokens`` 0 = the rollout's)."""

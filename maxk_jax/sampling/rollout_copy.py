@@ -25,7 +25,11 @@ cast-and-reshard (:meth:`RolloutLayout.copy`), on a **rollout mesh** over the sa
 **A rollout sub-mesh** (``RolloutLayout.create(..., devices=...)``, the RL loop's ``rollout.devices``):
 the same layout over devices of its own, beside the learner's mesh, so decoding (the asynchronous
 producer, ``rollout.max_staleness`` > 0) and the update run on different chips at the same time. The
-copy is then cast where the weights live and sent across once per weight version.
+copy is then cast where the weights live and sent across once per weight version. With several
+processes each host's sub-mesh is its own last devices (a host-local mesh: its decode programs are
+no collectives, so they may run beside the learner's): one weight at a time, the learner's program
+gathers its cast copy whole onto every host's learner devices, and each host sends its replica to its
+own sub-mesh.
 
 The sampler takes the copy with the rollout mesh (``sampling.generate(config, layout.copy(params),
 ..., mesh=layout.mesh)``); the caller drops the copy after sampling, so its memory is free again
@@ -45,6 +49,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from maxk_jax import sharding as sharding_lib
+from maxk_jax import multihost
 from maxk_jax.models import qwen2
 
 Params = Any
@@ -116,6 +121,14 @@ class RolloutLayout:
         cast = lambda p: jax.tree.map(lambda x: x.astype(target), p)  # noqa: E731
         if set(rmesh.devices.flat) == set(np.asarray(mesh.devices).flat):
             jitted = jax.jit(cast, out_shardings=shardings)
+        elif multihost.spans_processes(mesh) and not multihost.spans_processes(rmesh):
+            # the learner spans processes, each host's rollout is local: one weight at a time, the learner's
+            # program gathers its cast copy whole onto every host's learner devices, and each host sends its
+            # replica across (a replica lives only until it is sent: one weight's bytes at a time)
+            whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            cast_whole = jax.jit(lambda x: x.astype(target), out_shardings=whole)
+            jitted = lambda p: jax.tree.map(  # noqa: E731
+                lambda x, sh: jax.device_put(cast_whole(x).addressable_data(0), sh), p, shardings)
         else:   # cast where the params live (a program spans one device set), then send the cast copy over
             cast_here = jax.jit(cast)
             jitted = lambda p: jax.device_put(cast_here(p), shardings)  # noqa: E731

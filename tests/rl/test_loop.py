@@ -340,7 +340,7 @@ def test_a_rollout_sub_mesh_trains_as_the_same_meshes_on_a_machine_of_their_own(
     assert [r["reward/mean"] for r in a] == [r["reward/mean"] for r in b]   # the same samples
 
 
-@pytest.mark.parametrize("devices, message", [(8, "leaves no device of the 8 to the learner"),
+@pytest.mark.parametrize("devices, message", [(8, "leaves no device of the 8 of this process to the learner"),
                                                (3, "does not divide")])
 def test_rollout_devices_are_checked_against_the_machine(tmp_path, devices, message):
     cfg = small_config(str(tmp_path / "m"), "", tmp_path / "out", **{"rollout.devices": devices, "mesh.data": 2})
