@@ -419,3 +419,15 @@ def test_masked_steps_tolerated(tiny_ckpt, problems_file, tmp_path):
                        **{"rollout.sandbox_retries": 0, "rollout.masked_steps_tolerated": 1})
     record = rl_loop.run(cfg, executor=_DownJudge(fail_calls=1), progress=False)   # step 1 masked, step 2 judged
     assert record["step"] == 2 and record["samples/masked"] == 0
+
+
+def test_each_process_keeps_its_last_rollout_devices(tmp_path):
+    from types import SimpleNamespace
+
+    devices = [SimpleNamespace(process_index=p, id=4 * p + i) for p in (0, 1) for i in range(4)]
+    cfg = small_config(str(tmp_path / "m"), "", tmp_path / "out", **{"rollout.devices": 1})
+    learner, own = cfg.device_split(devices)
+    assert [d.id for d in learner] == [0, 1, 2, 4, 5, 6]    # every process's first 3
+    assert [d.id for d in own] == [3]                        # this process's (0) last one
+    learner, own = replace_fields(cfg, {"rollout.devices": 0}).device_split(devices)
+    assert learner == devices and own is None
