@@ -63,7 +63,7 @@ def time_run(cfg: Any, base_path: str, train_path: str, out_dir: str, s: int, *,
     from maxk_jax.pipelines.config import rl_config
     from maxk_jax.rl import loop as rl_loop
     from maxk_jax.rl.metrics_log import read_metrics
-    from maxk_jax.rl.run_config import replace_fields
+    from maxk_jax.fields import replace_fields
 
     shutil.rmtree(out_dir, ignore_errors=True)
     run_cfg = replace_fields(rl_config(cfg, base_path, out_dir, train_path), {

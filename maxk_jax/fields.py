@@ -1,8 +1,10 @@
-"""Field validators shared by every typed config (the run config, the pipeline config, the step
-config): each raises ValueError naming the dotted field and the offending value, e.g.
-``rollout.prompts=0 must be an int >= 1``. A leaf module: it imports nothing from the package."""
+"""Fields of the typed configs (the run config, the pipeline config, the step config): validators
+shared by all of them, each raising ValueError naming the dotted field and the offending value
+(e.g. ``rollout.prompts=0 must be an int >= 1``), and `replace_fields`, a copy with dotted-path
+fields replaced. A leaf module: it imports nothing from the package."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from collections.abc import Iterable, Mapping
@@ -71,3 +73,28 @@ def on_path(err: ValueError, path: str, names: Iterable[str]) -> ValueError:
     if any(message.startswith((f"{name}=", f"{name} ", f"{name}.")) for name in names):
         return ValueError(f"{path}.{message}")
     return err
+
+
+def replace_fields(obj: Any, changes: Mapping[str, Any]) -> Any:
+    """Copy of the dataclass tree `obj` (e.g. a RunConfig) with dotted-path fields replaced, e.g.
+    ``{"rollout.sampler.n": 4, "algo.k": 2}``; every changed dataclass is validated again.
+    ValueError naming a path that is not a field."""
+    direct: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    names = [f.name for f in dataclasses.fields(obj)]
+    for path, value in changes.items():
+        head, _, rest = path.partition(".")
+        if head not in names:
+            raise ValueError(f"{type(obj).__name__} has no field {head!r} (in {path!r}); valid fields: "
+                             f"{', '.join(names)}")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            direct[head] = value
+    for head, sub in nested.items():
+        inner = direct.get(head, getattr(obj, head))
+        try:
+            direct[head] = replace_fields(inner, sub)
+        except ValueError as err:
+            raise on_path(err, head, [f.name for f in dataclasses.fields(inner)]) from err
+    return dataclasses.replace(obj, **direct)

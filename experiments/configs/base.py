@@ -23,7 +23,8 @@ from __future__ import annotations
 import ml_collections
 
 from maxk_jax.rl.config_dict import to_config_dict
-from maxk_jax.rl.run_config import Method, RunConfig, with_method
+from maxk_jax.rl.run_config import RunConfig
+from maxk_jax.rl.method import Method, with_method
 
 DEFAULT_METHOD = "maxk_offpolicy"
 

@@ -21,7 +21,8 @@ from typing import Any, Optional
 
 from maxk_jax.data.synthetic import SyntheticConfig
 from maxk_jax.fields import Options, check_int, check_type, option_pairs
-from maxk_jax.rl.run_config import DistributedSettings, RunConfig, check_sampler, replace_fields
+from maxk_jax.rl.run_config import DistributedSettings, RunConfig, check_sampler
+from maxk_jax.fields import replace_fields
 from maxk_jax.rl.warmup import WarmupConfig
 from maxk_jax.sampling import SamplerSettings
 

@@ -1,7 +1,7 @@
 """Named methods of the comparison: which estimator, loss form, estimator options and RL config
 overrides a method name stands for.
 
-A method is an entry of a method table -- ``{name: maxk_jax.rl.run_config.Method(estimator,
+A method is an entry of a method table -- ``{name: maxk_jax.rl.method.Method(estimator,
 options, loss_kind)}``, the run config's ``METHODS`` (experiments/configs/base.py), passed in by
 the caller -- or one of the comparison-only `VARIANTS` below, or any other registry estimator name
 (its defaults, loss form "auto" = the registry's).
@@ -14,7 +14,8 @@ from typing import Any
 import dataclasses
 
 from maxk_jax.pipelines.config import PipelineConfig, check_estimator, validate_config
-from maxk_jax.rl.run_config import Method, replace_fields, with_method
+from maxk_jax.rl.method import Method, with_method
+from maxk_jax.fields import replace_fields
 
 # Method(estimator, estimator options, loss form "auto" | "clipped" | "is_weighted")
 MethodEntry = Method

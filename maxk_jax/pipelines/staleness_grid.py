@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from maxk_jax.pipelines.config import PipelineConfig
-from maxk_jax.rl.run_config import replace_fields
+from maxk_jax.fields import replace_fields
 
 LABELS = {("maxk_offpolicy", "behaviour"): "maxk_offpolicy first-order", ("maxk_offpolicy_exact", "behaviour"):
           "maxk_offpolicy_exact exact"}

@@ -32,7 +32,8 @@ from ml_collections import ConfigDict, FieldReference
 
 from maxk_jax.fields import on_path
 from maxk_jax.rl import losses
-from maxk_jax.rl.run_config import SECTION_TYPES, AlgoSettings, RunConfig, loss_form
+from maxk_jax.rl.run_config import SECTION_TYPES, AlgoSettings, RunConfig
+from maxk_jax.rl.method import loss_form
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
 #: Former flattened spellings of a composed field -> its path inside the section.

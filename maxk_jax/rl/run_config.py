@@ -3,7 +3,7 @@
     run = RunConfig(model=ModelSettings(path="/models/qwen"), output_dir="runs/maxk",
                     algo=AlgoSettings(estimator="grpo", k=2),
                     rollout=RolloutConfig(prompts=8, sampler=SamplerSettings(n=4, max_new_tokens=64)))
-    run = replace_fields(run, {"algo.loss.kl_beta": 0.0, "rollout.sampler.temperature": 0.7})
+    run = replace_fields(run, {"algo.loss.kl_beta": 0.0, "rollout.sampler.temperature": 0.7})   # maxk_jax.fields
     step = run.step_config()          # training.StepConfig of the run
     step = run.validate(num_devices)  # + the checks that need the devices (mesh, batch, optimizer)
     sampler = run.rollout_sampler(model_config, tokenizer)   # sampling.Sampler template of the rollout
@@ -22,8 +22,8 @@ each way, the schema generated from these defaults).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from maxk_jax.estimators import estimator_info, get_estimator
 from maxk_jax.eval.bootstrap import max_reported_k
@@ -32,8 +32,8 @@ from maxk_jax.rl.staleness import CORRECTIONS
 from maxk_jax.data.prompts import PROMPT_FORMATS
 from maxk_jax.rl.rollout import REWARDS
 from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
-                             on_path, option_pairs)
-from maxk_jax.rl.training import StepConfig, loss_kind
+                             option_pairs)
+from maxk_jax.rl.training import StepConfig
 from maxk_jax.sampling import MIN_PROMPT_BUCKET, Sampler, SamplerSettings
 from maxk_jax.sharding import MeshConfig
 
@@ -505,53 +505,3 @@ SECTION_TYPES: dict[str, type] = {
     "model": ModelSettings, "data": DataSettings, "rollout": RolloutConfig, "algo": AlgoSettings,
     "optim": OptimSettings, "mesh": MeshConfig, "distributed": DistributedSettings,
     "checkpoint": CheckpointSettings, "eval": EvalSettings, "log": LogSettings}
-
-
-class Method(NamedTuple):
-    """A named method of a method table: the estimator, its options, and the loss form only where
-    the method deviates from the registry's (``"auto"`` = ``estimator_info(estimator).loss_form``)."""
-
-    estimator: str
-    options: Mapping[str, Any] | Options = ()
-    loss_kind: str = "auto"
-
-
-def loss_form(estimator: str, kind: str = "auto") -> str:
-    """The loss form of `estimator`: `kind`, or the registry's form (`training.loss_kind`) when it is "auto"."""
-    if kind == "auto":
-        return loss_kind(estimator)
-    check_choice(kind, "loss_kind", ("auto",) + losses.KINDS)
-    return kind
-
-
-def with_method(run: RunConfig, method: Method, *, name: str | None = None) -> RunConfig:
-    """`run` training `method` (estimator, options, loss form); ``name`` (default: unchanged)."""
-    algo = dataclasses.replace(
-        run.algo, estimator=method.estimator, estimator_options=tuple(dict(method.options).items()),
-        loss=dataclasses.replace(run.algo.loss, kind=loss_form(method.estimator, method.loss_kind)))
-    return dataclasses.replace(run, algo=algo, name=run.name if name is None else name)
-
-
-def replace_fields(obj: Any, changes: Mapping[str, Any]) -> Any:
-    """Copy of the dataclass tree `obj` (e.g. a RunConfig) with dotted-path fields replaced, e.g.
-    ``{"rollout.sampler.n": 4, "algo.k": 2}``; every changed dataclass is validated again.
-    ValueError naming a path that is not a field."""
-    direct: dict[str, Any] = {}
-    nested: dict[str, dict[str, Any]] = {}
-    names = [f.name for f in dataclasses.fields(obj)]
-    for path, value in changes.items():
-        head, _, rest = path.partition(".")
-        if head not in names:
-            raise ValueError(f"{type(obj).__name__} has no field {head!r} (in {path!r}); valid fields: "
-                             f"{', '.join(names)}")
-        if rest:
-            nested.setdefault(head, {})[rest] = value
-        else:
-            direct[head] = value
-    for head, sub in nested.items():
-        inner = direct.get(head, getattr(obj, head))
-        try:
-            direct[head] = replace_fields(inner, sub)
-        except ValueError as err:
-            raise on_path(err, head, [f.name for f in dataclasses.fields(inner)]) from err
-    return dataclasses.replace(obj, **direct)

@@ -93,7 +93,7 @@ def method_table() -> dict:
     import the experiment configs): the Table-2 names, each its registry estimator with the
     registry's loss form, except maxk_offpolicy_is (the §3.3 IS-weighted form)."""
     from maxk_jax.pipelines import TABLE2_METHODS
-    from maxk_jax.rl.run_config import Method
+    from maxk_jax.rl.method import Method
 
     table = {name: Method(name) for name in TABLE2_METHODS}
     table["maxk_offpolicy_is"] = Method("maxk_offpolicy", loss_kind="is_weighted")

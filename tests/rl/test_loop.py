@@ -17,7 +17,7 @@ from maxk_jax.rl import rollout
 from maxk_jax.rl import training
 from maxk_jax.estimators import max_at_k
 from maxk_jax.rl.metrics_log import MetricsLogger, deterministic, read_metrics
-from maxk_jax.rl.run_config import replace_fields
+from maxk_jax.fields import replace_fields
 from maxk_jax.sampling import Sampler, SamplerSettings
 from tests.rl.fixtures import echo_problem, small_config
 
