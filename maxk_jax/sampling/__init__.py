@@ -4,7 +4,8 @@ log-probs of the distribution sampled from (temperature, top-k, top-p).
     out = generate(config, params, prompts, n=8, max_new_tokens=256, key=jax.random.key(0))
     out.tokens [P, n, T], out.logprobs [P, n, T] (float32), out.lengths [P, n]
 
-Private modules: ``_sampler`` (prefill, decode loop, padding/bucketing, keys) and ``_filters``
+Private modules: ``_sampler`` (prefill, decode loop, keys), ``_buckets`` (padding / bucketing of the
+prompt batch) and ``_filters``
 (the sampling distribution: temperature, top-k / top-p truncation and its log-probs);
 ``sampler``: the `Sampler` object (model config, weights, tokenizer, mesh, settings, prompt format)
 that the RL rollout and the evaluation sample completions of problems with; ``rollout_copy``: the
@@ -12,12 +13,11 @@ weights in a layout made for decoding, made once per RL step.
 """
 from maxk_jax.sampling._filters import (greedy_logprobs, sampling_logprobs, top_k_mask, top_p_mask,
                                         validate_filters)
-from maxk_jax.sampling._sampler import (MIN_PROMPT_BUCKET, PROMPT_BUCKET_STEP, SampleOutput,
-                                        SamplerSettings, batch_shards, cache_shardings, decode_loop,
-                                        draw, first_argmax, generate, gumbel_max, prefill_prompts,
-                                        is_stop, next_pow2, pad_prompts, prompt_batch_bucket,
-                                        prompt_length_bucket, record, stop_id_array,
-                                        to_token_lists)
+from maxk_jax.sampling._buckets import (MIN_PROMPT_BUCKET, PROMPT_BUCKET_STEP, batch_shards, next_pow2,
+                                        pad_prompts, prompt_batch_bucket, prompt_length_bucket)
+from maxk_jax.sampling._sampler import (SampleOutput, SamplerSettings, cache_shardings, decode_loop, draw,
+                                        first_argmax, generate, gumbel_max, prefill_prompts, is_stop, record,
+                                        stop_id_array, to_token_lists)
 from maxk_jax.sampling.sampler import (ProblemSamples, Sampler, decode_samples, default_eos_ids,
                                        default_pad_id)
 

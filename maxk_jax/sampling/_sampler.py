@@ -88,14 +88,10 @@ from maxk_jax import sharding as sharding_lib
 from maxk_jax.models import qwen2
 from maxk_jax.fields import check_int
 from maxk_jax.sampling import sampling_logprobs, validate_filters
+from maxk_jax.sampling._buckets import (MIN_PROMPT_BUCKET, batch_shards, next_pow2, pad_prompts, prompt_batch_bucket,
+                                        prompt_length_bucket)
 
 Params = Any
-#: Smallest prompt-length bucket (see :func:`prompt_length_bucket`).
-MIN_PROMPT_BUCKET = 16
-#: Prompt-length bucket granularity above it: lengths > 128 are padded to a multiple of this.
-PROMPT_BUCKET_STEP = 128
-
-
 @dataclasses.dataclass(frozen=True)
 class SamplerSettings:
     """Static (hashable) sampler settings: a static jit argument, one compilation per value.
@@ -144,33 +140,6 @@ class _LoopState:
 # ----------------------------------------------------------------------------------------------
 # Small pure helpers
 # ----------------------------------------------------------------------------------------------
-
-def next_pow2(x: int, minimum: int = 1) -> int:
-    """Smallest power of two >= max(x, minimum)."""
-    x = max(int(x), int(minimum), 1)
-    return 1 << (x - 1).bit_length()
-
-
-def prompt_length_bucket(length: int, minimum: int = MIN_PROMPT_BUCKET) -> int:
-    """Padded prompt length Tp >= max(length, minimum): the next power of two while that is
-    <= ``PROMPT_BUCKET_STEP`` (128), else the next multiple of 128 (e.g. 16, 32, 64, 128, 256,
-    384, ...; 1,024 -> 1,024, 1,025 -> 1,152). Idempotent: ``prompt_length_bucket(Tp) == Tp``."""
-    x = max(int(length), int(minimum), 1)
-    if x <= PROMPT_BUCKET_STEP:
-        return next_pow2(x)
-    return -(-x // PROMPT_BUCKET_STEP) * PROMPT_BUCKET_STEP
-
-
-def prompt_batch_bucket(num_prompts: int, shards: int = 1) -> int:
-    """Rows Pb >= num_prompts the prompt batch is padded to: next_pow2 up to 8, then the next
-    multiple of 8 (so at most 7 dummy prompts, not up to 2x), rounded up to a multiple of
-    ``shards`` (the mesh batch shard count)."""
-    if num_prompts < 1 or shards < 1:
-        raise ValueError(f"prompt_batch_bucket needs num_prompts >= 1 and shards >= 1, got "
-                         f"{num_prompts}, {shards}")
-    rows = next_pow2(num_prompts) if num_prompts <= 8 else -(-num_prompts // 8) * 8
-    return -(-rows // shards) * shards
-
 
 def _constrain(x: jax.Array, mesh: Mesh | None, batch_axis: int = 0) -> jax.Array:
     """Shard x [.., B, ..] along the mesh batch axes on ``batch_axis`` (no-op without a mesh)."""
@@ -415,25 +384,6 @@ def _place_params(params: Params, mesh: Mesh) -> Params:
             return x
         return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
     return jax.tree.map(put, params)
-
-
-def batch_shards(mesh: Mesh | None) -> int:
-    if mesh is None:
-        return 1
-    return int(np.prod([mesh.shape[a] for a in sharding_lib.BATCH_AXES if a in mesh.shape]))
-
-
-def pad_prompts(prompts: Sequence[Sequence[int]], bucket_len: int, bucket_batch: int,
-                pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Left-pad token lists into (tokens [bucket_batch, bucket_len] int32, mask same shape int32);
-    rows past ``len(prompts)`` are dummy one-token prompts (``pad_id``, mask 1)."""
-    tokens = np.full((bucket_batch, bucket_len), pad_id, np.int32)
-    mask = np.zeros((bucket_batch, bucket_len), np.int32)
-    for i in range(bucket_batch):
-        p = prompts[i] if i < len(prompts) else [pad_id]
-        tokens[i, bucket_len - len(p):] = p
-        mask[i, bucket_len - len(p):] = 1
-    return tokens, mask
 
 
 def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequence[int]], *,
