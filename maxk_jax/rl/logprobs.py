@@ -29,7 +29,7 @@ Sampling truncation (top_k > 0 or top_p < 1): the kept set needs a sort over the
 vocabulary (top-p), so that path chunks over ROWS instead: ``row_chunk`` positions at a time get
 their full [row_chunk, V] logits (again checkpointed per chunk), truncated with the sampler's own
 ``sampling_filters.top_k_mask`` / ``top_p_mask`` (same rules and ties), the target always kept,
-renormalised — exactly ``training.truncated_logprobs`` without the [B, T, V] tensor.
+renormalised — exactly `truncated_logprobs` (the full-logits reference path below) without the [B, T, V] tensor.
 
 Entropy is that of the tempered, untruncated distribution softmax(logits / temperature) (the
 quantity ``losses.token_entropy`` computes), in float32, differentiable.
@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from maxk_jax.models import qwen2
+from maxk_jax.rl import losses
 from maxk_jax.sampling import top_k_mask, top_p_mask
 
 Params = Any
@@ -228,3 +229,34 @@ def completion_logprobs(config: qwen2.Qwen2Config, params: Params, tokens: jax.A
     return token_logprobs(hidden, weight, axis, tokens[:, -completion_len:], temperature=temperature,
                           top_k=top_k, top_p=top_p, with_entropy=with_entropy,
                           vocab_chunk=vocab_chunk, row_chunk=row_chunk)
+
+
+# ------------------------------------------------------------------ reference path (full logits) -----
+
+def completion_logits(model_config: qwen2.Qwen2Config, params: Params, tokens: jax.Array,
+                      attention_mask: jax.Array, completion_len: int, temperature: float) -> jax.Array:
+    """Tempered logits (logits / temperature) predicting each completion token: tokens and
+    attention_mask [B, S] -> float32 [B, T, V], T = completion_len (row t predicts tokens[:, S-T+t]).
+    The full-logits reference path (tests, small models); the train step uses `completion_logprobs`."""
+    s = tokens.shape[1]
+    if not 0 < completion_len < s:
+        raise ValueError(f"completion_len={completion_len} must be in (0, S={s})")
+    logits = qwen2.logits(model_config, params, tokens, attention_mask)
+    return logits[:, s - completion_len - 1: s - 1].astype(jnp.float32) / temperature
+
+
+def truncated_logprobs(logits: jax.Array, targets: jax.Array, top_k: int = 0,
+                       top_p: float = 1.0) -> jax.Array:
+    """log-prob of targets [B, T] under softmax(logits [B, T, V]) restricted to the sampler's
+    top-k, then top-p set (``sampling_filters.top_k_mask`` / ``top_p_mask``: same rules and tie
+    handling as the sampler), renormalised, with the target token always in the set.
+    top_k=0, top_p=1 -> plain log_softmax.  float32 [B, T]."""
+    if top_k == 0 and top_p >= 1.0:
+        return losses.token_logprobs(logits, targets)
+    x = logits.astype(jnp.float32)
+    if top_k > 0:
+        x = jnp.where(top_k_mask(x, top_k), x, -jnp.inf)
+    if top_p < 1.0:
+        x = jnp.where(top_p_mask(x, top_p), x, -jnp.inf)
+    is_target = jnp.arange(x.shape[-1]) == targets[..., None]
+    return losses.token_logprobs(jnp.where(is_target, logits.astype(jnp.float32), x), targets)

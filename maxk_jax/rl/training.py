@@ -63,7 +63,7 @@ from maxk_jax import sharding as sharding_lib
 from maxk_jax.fields import check_real, is_int
 from maxk_jax.estimators import estimator_info, estimator_options, get_estimator
 from maxk_jax.models import qwen2
-from maxk_jax.sampling import SamplerSettings, top_k_mask, top_p_mask
+from maxk_jax.sampling import SamplerSettings
 
 Params = Any
 
@@ -283,42 +283,13 @@ def create_train_state(model_config: qwen2.Qwen2Config, params: Params,
 
 # ------------------------------------------------------------------ log-probs ---------------
 
-def completion_logits(model_config: qwen2.Qwen2Config, params: Params, tokens: jax.Array,
-                      attention_mask: jax.Array, completion_len: int, temperature: float) -> jax.Array:
-    """Tempered logits (logits / temperature) predicting each completion token: tokens and
-    attention_mask [B, S] -> float32 [B, T, V], T = completion_len (row t predicts tokens[:, S-T+t]).
-    The full-logits reference path (tests, small models); the train step uses ``maxk_jax.rl.logprobs``."""
-    s = tokens.shape[1]
-    if not 0 < completion_len < s:
-        raise ValueError(f"completion_len={completion_len} must be in (0, S={s})")
-    logits = qwen2.logits(model_config, params, tokens, attention_mask)
-    return logits[:, s - completion_len - 1: s - 1].astype(jnp.float32) / temperature
-
-
-def truncated_logprobs(logits: jax.Array, targets: jax.Array, top_k: int = 0,
-                       top_p: float = 1.0) -> jax.Array:
-    """log-prob of targets [B, T] under softmax(logits [B, T, V]) restricted to the sampler's
-    top-k, then top-p set (``sampling_filters.top_k_mask`` / ``top_p_mask``: same rules and tie
-    handling as the sampler), renormalised, with the target token always in the set.
-    top_k=0, top_p=1 -> plain log_softmax.  float32 [B, T]."""
-    if top_k == 0 and top_p >= 1.0:
-        return losses.token_logprobs(logits, targets)
-    x = logits.astype(jnp.float32)
-    if top_k > 0:
-        x = jnp.where(top_k_mask(x, top_k), x, -jnp.inf)
-    if top_p < 1.0:
-        x = jnp.where(top_p_mask(x, top_p), x, -jnp.inf)
-    is_target = jnp.arange(x.shape[-1]) == targets[..., None]
-    return losses.token_logprobs(jnp.where(is_target, logits.astype(jnp.float32), x), targets)
-
-
 def policy_logprobs(model_config: qwen2.Qwen2Config, cfg: StepConfig, params: Params,
                     batch: Batch, *, with_entropy: bool = False
                     ) -> tuple[jax.Array, jax.Array | None]:
     """(log π_θ of the completion tokens [B, T] under the sampling distribution, entropy [B, T]
     of the tempered distribution or None): ``logprobs.completion_logprobs`` -- the LM head only at
     completion positions, over vocabulary chunks, no [B, T, V] tensor.  Equals
-    ``truncated_logprobs(completion_logits(...), ...)`` (today's reference path)."""
+    ``logprobs.truncated_logprobs(logprobs.completion_logits(...), ...)`` (the full-logits reference path)."""
     return logprobs.completion_logprobs(
         model_config, params, batch.tokens, batch.attention_mask, batch.completion_len,
         temperature=cfg.sampler.temperature, top_k=cfg.sampler.top_k, top_p=cfg.sampler.top_p,

@@ -7,7 +7,6 @@ import pytest
 
 from maxk_jax.rl import logprobs
 from maxk_jax.rl import losses
-from maxk_jax.rl import training
 from maxk_jax.models import qwen2
 
 V = 60  # chunks 12, 20 divide it (strided chunks); 7, 16 do not (contiguous, ragged last chunk)
@@ -28,8 +27,8 @@ def _batch(seed):
 
 def _reference(config, params, tokens, attn, temperature, top_k=0, top_p=1.0):
     """Today's path: full [B, T, V] logits, sliced, then log-softmax / truncation, entropy."""
-    logits = training.completion_logits(config, params, tokens, attn, T, temperature)
-    lp = training.truncated_logprobs(logits, tokens[:, -T:], top_k, top_p)
+    logits = logprobs.completion_logits(config, params, tokens, attn, T, temperature)
+    lp = logprobs.truncated_logprobs(logits, tokens[:, -T:], top_k, top_p)
     return lp, losses.token_entropy(logits)
 
 

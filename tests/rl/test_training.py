@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from maxk_jax import sharding
-from maxk_jax.rl import training
+from maxk_jax.rl import logprobs, training
 from maxk_jax.rl.losses import LossConfig
 from maxk_jax.sampling import SamplerSettings
 from maxk_jax.estimators import estimator_info, get_estimator, list_estimators
@@ -208,7 +208,7 @@ def test_truncated_logprobs_match_reference():
     logits = rng.normal(size=(3, 4, 20)).astype(np.float32) * 2
     targets = rng.integers(0, 20, size=(3, 4)).astype(np.int32)
     for top_k, top_p in ((0, 1.0), (5, 1.0), (0, 0.7), (6, 0.5)):
-        got = np.asarray(training.truncated_logprobs(jnp.asarray(logits), jnp.asarray(targets), top_k, top_p))
+        got = np.asarray(logprobs.truncated_logprobs(jnp.asarray(logits), jnp.asarray(targets), top_k, top_p))
         want = np.array([[reference_truncated(logits[b, t], targets[b, t], top_k, top_p)
                           for t in range(4)] for b in range(3)])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{top_k} {top_p}")
