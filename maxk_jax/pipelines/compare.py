@@ -385,6 +385,8 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                 cfg, sampler.replace(params=params_fn()), problems, judge, directory, label, progress=progress,
                 ks=tuple(range(1, top + 1))))
 
+        if finished_only and not os.path.isfile(os.path.join(out_dir, "base", "summary.json")):
+            raise ValueError(f"{out_dir!r} has no base-model evaluation yet: nothing to aggregate")
         base = evaluated(os.path.join(out_dir, "base"), lambda: base_params, "base")
         runs: dict[str, dict[int, EvalResult]] = {m: {} for m in methods}
         stats: dict[str, dict[int, dict[str, float]]] = {m: {} for m in methods}

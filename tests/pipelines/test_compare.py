@@ -163,6 +163,9 @@ def test_an_interrupted_run_continues_from_its_last_checkpoint(tmp_path):
     assert "not finished: grpo seed 1" in (tmp_path / "cmp" / "results.md").read_text()
     with pytest.raises(ValueError, match="no finished run of any method"):
         partial([1])
+    shutil.rmtree(tmp_path / "cmp" / "base")
+    with pytest.raises(ValueError, match="no base-model evaluation yet"):
+        partial([0])
 
 
 def test_checkpoint_steps_are_the_finished_saves(tmp_path):
