@@ -395,10 +395,11 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
             for method in methods:
                 run_dir = os.path.join(out_dir, method, f"seed{seed}")
                 eval_dir, rl_dir = os.path.join(run_dir, "eval"), os.path.join(run_dir, "rl")
-                if finished_only and not os.path.isfile(os.path.join(eval_dir, "summary.json")):
+                evaluated_already = os.path.isfile(os.path.join(eval_dir, "summary.json"))
+                if finished_only and not evaluated_already:
                     unfinished.append(f"{method} seed {seed}")
                     continue
-                if not os.path.isfile(os.path.join(eval_dir, "summary.json")):
+                if not evaluated_already:
                     saved = checkpoint_steps(rl_dir)
                     if cfg.rl.max_steps not in saved:
                         if not saved:

@@ -1,6 +1,6 @@
 """Asynchronous rollouts with bounded staleness: batch t is sampled with the weights of step max(0, t − s).
 
-    producer = RolloutProducer(produce, max_staleness=s, start=start, total=total, rng=rng)
+    producer = RolloutProducer(produce, max_staleness=s, start=start, total=total, rng=rng, threaded=s > 0)
     for t in range(start, total):
         producer.publish(t, rollout_copy(state.params))    # version t = the weights at the start of step t
         item = producer.take(t)                             # item.version == weight_version(t, s)
@@ -83,11 +83,12 @@ ProduceFn = Callable[[int, Any, jax.Array], Produced]   # (index, weights, key) 
 class RolloutProducer:
     """Produces batches ``start .. total-1`` on the schedule of `weight_version` (see the module
     docstring). ``produce(index, weights, key)`` samples and judges one batch; ``ready`` are batches
-    restored from a checkpoint (``load_in_flight``); ``threaded`` (default: s > 0 on one process; the RL loop passes s > 0 whenever its sampler's mesh is local)
-    runs production in a background thread."""
+    restored from a checkpoint (``load_in_flight``); ``threaded`` runs production in a background
+    thread (the RL loop's choice: s > 0 and a sampler mesh local to this process,
+    `maxk_jax.rl.loop.make_producer`)."""
 
     def __init__(self, produce: ProduceFn, *, max_staleness: int, start: int, total: int, rng: jax.Array,
-                 ready: dict[int, Produced] | None = None, threaded: bool | None = None) -> None:
+                 ready: dict[int, Produced] | None = None, threaded: bool) -> None:
         self.max_staleness, self.total = max_staleness, total
         self._produce = produce
         self._ready: dict[int, Produced] = dict(ready or {})
@@ -106,8 +107,6 @@ class RolloutProducer:
         self._cond = threading.Condition()
         self._error: BaseException | None = None
         self._closed = False
-        if threaded is None:
-            threaded = max_staleness > 0 and jax.process_count() == 1
         self._thread = threading.Thread(target=self._loop, name="rollout-producer", daemon=True) if threaded else None
         if self._thread is not None:
             self._thread.start()

@@ -458,7 +458,7 @@ class RunConfig:
         for device in devices:
             by_process.setdefault(device.process_index, []).append(device)
         learner = [x for p in sorted(by_process) for x in by_process[p][:len(by_process[p]) - d]]
-        own = by_process[jax.process_index()] if jax.process_index() in by_process else by_process[min(by_process)]
+        own = by_process[jax.process_index()]
         return learner, own[len(own) - d:]
 
     def eval_sampler(self) -> SamplerSettings:

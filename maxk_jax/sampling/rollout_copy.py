@@ -124,11 +124,13 @@ class RolloutLayout:
         elif multihost.spans_processes(mesh) and not multihost.spans_processes(rmesh):
             # the learner spans processes, each host's rollout is local: one weight at a time, the learner's
             # program gathers its cast copy whole onto every host's learner devices, and each host sends its
-            # replica across (a replica lives only until it is sent: one weight's bytes at a time)
+            # replica across; waiting for each send keeps one weight's replica alive at a time (dispatch is
+            # asynchronous: without the wait every weight's gather could be in flight at once)
             whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
             cast_whole = jax.jit(lambda x: x.astype(target), out_shardings=whole)
             jitted = lambda p: jax.tree.map(  # noqa: E731
-                lambda x, sh: jax.device_put(cast_whole(x).addressable_data(0), sh), p, shardings)
+                lambda x, sh: jax.block_until_ready(jax.device_put(cast_whole(x).addressable_data(0), sh)),
+                p, shardings)
         else:   # cast where the params live (a program spans one device set), then send the cast copy over
             cast_here = jax.jit(cast)
             jitted = lambda p: jax.device_put(cast_here(p), shardings)  # noqa: E731
