@@ -35,6 +35,11 @@ def test_methods_set_estimator_loss_form_options_and_overrides():
         "maxk_offpolicy", "sequence", "reference")
     run = rl_config(apply_method(cfg, "maxk_offpolicy_kl_old", METHODS), "/m", "/o", "/t")
     assert (run.algo.loss.ratio_level, run.algo.loss.kl_target) == ("token", "old")
+    # the delta-size suspect: a tighter clamp, a smaller step
+    run = rl_config(apply_method(cfg, "maxk_offpolicy_clamp02", METHODS), "/m", "/o", "/t")
+    assert (run.algo.estimator, run.algo.estimator_options) == ("maxk_offpolicy", (("clamp_delta", 0.2),))
+    run = rl_config(apply_method(default_config(), "maxk_offpolicy_lowlr", METHODS), "/m", "/o", "/t")
+    assert (run.algo.estimator, run.optim.learning_rate) == ("maxk_offpolicy", 1.5e-4)
     # a registry name outside the table: its defaults, loss form "auto"
     assert method_spec("tang_loo", {}) == ("tang_loo", "auto", {}, {})
 
