@@ -47,6 +47,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # 1.0), and the paper's method at grpo_lowlr's half learning rate (smaller steps, smaller deltas)
     "maxk_offpolicy_clamp02": ("maxk_offpolicy", {"clamp_delta": 0.2}, {}),
     "maxk_offpolicy_lowlr": ("maxk_offpolicy", {}, {"optim.learning_rate": 1.5e-4}),
+    # the row-std suspect: r~ and r~' minus their row mean, not divided by the row's std (which,
+    # on rows of close rewards, scales the delta terms up to the size of the reward differences)
+    "maxk_mean": ("maxk", {"baseline": "mean"}, {}),
+    "maxk_offpolicy_mean": ("maxk_offpolicy", {"baseline": "mean"}, {}),
 }
 
 

@@ -91,10 +91,12 @@ def check_mbpp_run(run: pathlib.Path, ckpt: str, n: int) -> None:
 def method_table() -> dict:
     """A method table shaped like experiments/configs/base.py's METHODS (the library's tests do not
     import the experiment configs): the Table-2 names, each its registry estimator with the
-    registry's loss form, except maxk_offpolicy_is (the §3.3 IS-weighted form)."""
+    registry's loss form, except maxk_offpolicy_is (the §3.3 IS-weighted form), plus the on-policy
+    maxk (a variant's parent)."""
     from maxk_jax.pipelines import TABLE2_METHODS
     from maxk_jax.rl.method import Method
 
     table = {name: Method(name) for name in TABLE2_METHODS}
     table["maxk_offpolicy_is"] = Method("maxk_offpolicy", loss_kind="is_weighted")
+    table["maxk"] = Method("maxk")
     return table

@@ -40,6 +40,10 @@ def test_methods_set_estimator_loss_form_options_and_overrides():
     assert (run.algo.estimator, run.algo.estimator_options) == ("maxk_offpolicy", (("clamp_delta", 0.2),))
     run = rl_config(apply_method(default_config(), "maxk_offpolicy_lowlr", METHODS), "/m", "/o", "/t")
     assert (run.algo.estimator, run.optim.learning_rate) == ("maxk_offpolicy", 1.5e-4)
+    # the row-std suspect: the mean baseline, on- and off-policy
+    for name, estimator in (("maxk_mean", "maxk"), ("maxk_offpolicy_mean", "maxk_offpolicy")):
+        run = rl_config(apply_method(default_config(), name, METHODS), "/m", "/o", "/t")
+        assert (run.algo.estimator, dict(run.algo.estimator_options)["baseline"]) == (estimator, "mean")
     # a registry name outside the table: its defaults, loss form "auto"
     assert method_spec("tang_loo", {}) == ("tang_loo", "auto", {}, {})
 
