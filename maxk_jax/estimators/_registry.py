@@ -50,6 +50,14 @@ Baseline of the maxk family (option `baseline`, default "zscore" = the paper as 
   "none"   the raw transform (unbiased, high variance) -- Listing 2/3 of the paper.
   "mean"   subtract the row mean of the transform (biased, zero-sum).
 
+Options `zero_flat_rows` and `zero_flat_transform` of the maxk family (both default False; Table 2's
+isolations): the coefficients of a row are set to 0 when its valid rewards are all equal
+(`zero_flat_rows`), or more generally when its on-policy transform r~ is flat (`zero_flat_transform`:
+max - min of r~ over the valid samples <= 1e-5 * max |r~|) -- e.g. n = 8, k = 4 with five samples at
+the row maximum: every k-subset holds a maximum, so r~ is the same for all eight and the on-policy
+(z-scored) coefficients are 0, while the z-score of the off-policy r~' rescales its delta terms alone
+to unit variance: coefficients that are pure importance-ratio noise, whatever the size of delta.
+
 Option `clamp_delta` of the off-policy pair (paper Listing 3, "clamping deltas in case of
 outliers"): None = off, or c > 0.  maxk_offpolicy clamps delta = rho - 1 to [-c, c] before forming
 the weights 1 + sum_I delta; maxk_offpolicy_exact clamps rho to [1 - c, 1 + c].  Both are one clip
@@ -119,6 +127,14 @@ def _common(rewards, k, mask, *, name: str, min_k: int = 1):
     check_finite(r, name="rewards", mask=m)
     keep = m & (jnp.sum(m, axis=-1, keepdims=True) >= k)
     return r, k, m, keep
+
+
+def _flat_transform(r: Array, k: int, m: Array) -> Array:
+    """[..., 1] bool: the row's on-policy max@k transform r~ (valid samples) is flat to 1e-5 relative."""
+    rt = maxk_reward_transform(r, k, mask=m)
+    hi = jnp.max(jnp.where(m, rt, -jnp.inf), axis=-1, keepdims=True)
+    lo = jnp.min(jnp.where(m, rt, jnp.inf), axis=-1, keepdims=True)
+    return hi - lo <= 1e-5 * jnp.maximum(jnp.abs(hi), jnp.abs(lo))
 
 
 def _rloo(r: Array, m: Array) -> Array:
@@ -198,11 +214,13 @@ def clamp_log_ratio(log_ratio: Array, clamp_delta: float | None) -> Array:
 
 
 def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
-                clamp_delta: float | None = None, zero_flat_rows: bool = False) -> EstimatorFn:
+                clamp_delta: float | None = None, zero_flat_rows: bool = False,
+                zero_flat_transform: bool = False) -> EstimatorFn:
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got baseline={baseline!r}")
-    if not isinstance(zero_flat_rows, bool):
-        raise ValueError(f"zero_flat_rows must be a bool, got zero_flat_rows={zero_flat_rows!r}")
+    for option, value in (("zero_flat_rows", zero_flat_rows), ("zero_flat_transform", zero_flat_transform)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{option} must be a bool, got {option}={value!r}")
     _check_zscore_options(eps, ddof)
     _check_clamp_delta(clamp_delta)
     needs_lr = kind != "onpolicy"
@@ -216,6 +234,8 @@ def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
             hi = jnp.max(jnp.where(m, r, -jnp.inf), axis=-1, keepdims=True)
             lo = jnp.min(jnp.where(m, r, jnp.inf), axis=-1, keepdims=True)
             keep = keep & (hi > lo)
+        if zero_flat_transform:   # rows whose on-policy r~ is flat: 0 on-policy, delta noise off-policy
+            keep = keep & ~_flat_transform(r, k, m)
         if needs_lr:
             lr = clamp_log_ratio(lr, clamp_delta)
             out = _coefficients(r, lr, k, m)
@@ -298,7 +318,7 @@ def _build_majority(biased: bool, max_subsets: int) -> EstimatorFn:
 
 
 _ZS = dict(eps=1e-6, ddof=0)
-_MAXK = dict(baseline="zscore", eps=1e-6, ddof=0, zero_flat_rows=False)
+_MAXK = dict(baseline="zscore", eps=1e-6, ddof=0, zero_flat_rows=False, zero_flat_transform=False)
 # Default clamp of the off-policy pair: see README "clamp_delta" for the measurement behind it.
 DEFAULT_CLAMP_DELTA = 1.0
 _MAXK_OFF = dict(_MAXK, clamp_delta=DEFAULT_CLAMP_DELTA)

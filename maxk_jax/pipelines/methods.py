@@ -37,6 +37,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "grpo_binary": ("grpo", {}, {"rollout.reward": "binary"}),
     # the delta-noise isolation: the paper's method with rows of all-equal rewards contributing nothing
     "maxk_offpolicy_zero_flat": ("maxk_offpolicy", {"zero_flat_rows": True}, {}),
+    # ... and with every row whose on-policy r~ is flat contributing nothing (e.g. >= n - k + 1
+    # samples at the row maximum: a superset of the rows of equal rewards)
+    "maxk_offpolicy_zero_flat_rt": ("maxk_offpolicy", {"zero_flat_transform": True}, {}),
     # BoN-max-mean divided by the reward std, "as in vanilla GRPO" (§4.3); App. A does not divide
     "bon_max_mean_std": ("bon_max_mean", {"divide_std": True}, {}),
     # eq. 4 as the paper prints it, one factor at a time: the sequence-level ratio inside the clip,

@@ -253,7 +253,7 @@ def test_estimator_info_metadata():
 
 def test_table2_isolation_options():
     """zero_flat_rows zeroes the off-policy coefficients of rows whose valid rewards are all equal
-    (only delta noise there); bon_max_mean's divide_std divides the top samples' centred reward by
+    (only delta noise there), zero_flat_transform those of rows whose on-policy r~ is flat; bon_max_mean's divide_std divides the top samples' centred reward by
     the row's reward std (ddof 0)."""
     r = np.array([[0.5, 0.5, 0.5, 0.5], [0.0, 0.25, 1.0, 0.25]], np.float32)
     lr = np.array([[0.3, -0.2, 0.1, 0.0], [0.1, 0.0, -0.1, 0.2]], np.float32)
@@ -262,6 +262,22 @@ def test_table2_isolation_options():
     assert float(np.abs(plain[0]).max()) > 0.1          # z-scored delta noise on the flat row
     np.testing.assert_array_equal(flat[0], 0.0)
     np.testing.assert_allclose(flat[1], plain[1], rtol=1e-6)
+    # zero_flat_transform: also rows whose rewards differ but whose r~ is flat (n = 8, k = 4, five maxima)
+    r8 = np.array([[1, 1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0], [0.5] * 8, [0] * 8], np.float32)
+    lr8 = np.random.default_rng(0).normal(0, 0.05, r8.shape).astype(np.float32)
+    plain = np.asarray(E.get_estimator("maxk_offpolicy")(r8, k=4, log_ratio=lr8))
+    rows = np.asarray(E.get_estimator("maxk_offpolicy", zero_flat_rows=True)(r8, k=4, log_ratio=lr8))
+    flat = np.asarray(E.get_estimator("maxk_offpolicy", zero_flat_transform=True)(r8, k=4, log_ratio=lr8))
+    onpolicy = np.asarray(E.get_estimator("bon_mean")(r8, k=4))
+    np.testing.assert_array_equal(onpolicy[0], 0.0)             # r~ flat: nothing to learn on-policy ...
+    assert float(np.std(plain[0])) > 0.9                          # ... unit-variance delta noise off-policy
+    np.testing.assert_allclose(rows[0], plain[0], rtol=1e-6)      # not a row of equal rewards
+    np.testing.assert_array_equal(flat[[0, 2, 3]], 0.0)
+    np.testing.assert_allclose(flat[1], plain[1], rtol=1e-6)      # four maxima: r~ not flat, kept
+    exact = np.asarray(E.get_estimator("maxk_offpolicy_exact", zero_flat_transform=True)(r8, k=4, log_ratio=lr8))
+    np.testing.assert_array_equal(exact[0], 0.0)
+    with pytest.raises(ValueError, match="zero_flat_transform must be a bool"):
+        E.get_estimator("maxk_offpolicy", zero_flat_transform=1)
     base = np.asarray(E.get_estimator("bon_max_mean")(r, k=2))
     scaled = np.asarray(E.get_estimator("bon_max_mean", divide_std=True)(r, k=2))
     std = float(np.std(r[1]))
