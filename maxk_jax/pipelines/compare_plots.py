@@ -30,22 +30,30 @@ def _save(fig: Any, axes: Any, title: str, path: str) -> None:
     plt.close(fig)
 
 
+def _method_style(i: int) -> dict[str, Any]:
+    """Colour and line style of the i-th method (0-based, base excluded): the ten default colours,
+    then again with dashed and dotted lines, so that no two of up to 30 methods look alike."""
+    return dict(color=f"C{i % 10}", ls=("-", "--", ":")[(i // 10) % 3])
+
+
 def plot_max_at_k(agg: dict[str, Any], path: str, title: str) -> None:
     """One figure: max@k vs k per method (left) and its difference to the base model (right), log2 k
     axis; mean over seeds with a +-1 std band; base dashed."""
     ks = agg["ks"]
     base = np.array([agg["methods"]["base"]["max_at_k"]["mean"][k] for k in ks])
     fig, axes = _two_panels()
-    for name, entry in agg["methods"].items():
+    for i, (name, entry) in enumerate(m for m in agg["methods"].items() if m[0] != "base"):
         mean = np.array([entry["max_at_k"]["mean"][k] for k in ks])
         std = (np.array([entry["max_at_k"]["std"][k] for k in ks]) if entry["max_at_k"]["std"] is not None
                else None)
-        style = dict(ls="--", color="black") if name == "base" else dict(marker="o" if len(ks) <= 16 else None,
-                                                                          ms=3, lw=2.2 if name == REFERENCE else 1.2)
+        style = dict(marker="o" if len(ks) <= 16 else None, ms=3, lw=2.2 if name == REFERENCE else 1.2,
+                     **_method_style(i))
         for ax, y in zip(axes, (mean, mean - base)):
             line, = ax.plot(ks, y, label=name, **style)
             if std is not None:
                 ax.fill_between(ks, y - std, y + std, color=line.get_color(), alpha=0.12, linewidth=0)
+    for ax, y in zip(axes, (base, base - base)):
+        ax.plot(ks, y, ls="--", color="black", label="base")
     ticks = [k for k in ks if k & (k - 1) == 0]
     for ax, label in zip(axes, ("max@k", "max@k - base max@k")):
         ax.set_xscale("log", base=2)
@@ -64,15 +72,17 @@ def plot_frontier(agg: dict[str, Any], path: str) -> None:
     base = agg["methods"]["base"]
     for ax, k in zip(axes, (1, big)):
         ax.scatter([0.0], [base["max_at_k"]["mean"][k]], marker="*", s=140, color="black", label="base")
-        for name, entry in agg["methods"].items():
+        for i, (name, entry) in enumerate(m for m in agg["methods"].items() if m[0] != "base"):
             if "train" not in entry:
                 continue
             kl = entry["train"]["kl_ref_final"]["per_seed"]
             ys = entry["max_at_k"]["per_seed"]
             seeds = [sd for sd in kl if sd in ys]
-            pts = ax.scatter([kl[sd] for sd in seeds], [ys[sd][k] for sd in seeds], s=18, alpha=0.6)
+            color, marker = _method_style(i)["color"], ("o", "s", "^")[(i // 10) % 3]
+            ax.scatter([kl[sd] for sd in seeds], [ys[sd][k] for sd in seeds], s=18, alpha=0.6, color=color,
+                       marker=marker)
             ax.scatter([np.mean([kl[sd] for sd in seeds])], [entry["max_at_k"]["mean"][k]], s=90,
-                       color=pts.get_facecolor()[0], edgecolor="black", label=name)
+                       color=color, marker=marker, edgecolor="black", label=name)
         ax.set(xlabel="KL(policy || reference) at the last RL step", ylabel=f"max@{k}")
         ax.grid(alpha=0.3)
     _save(fig, axes, "max@k against the distance moved (one small point per seed, large = mean)", path)
@@ -87,11 +97,11 @@ def plot_eval_curves(curves: dict[str, Any], path: str, title: str) -> None:
     for ax, k in zip(axes, curves["ks"]):
         if base is not None:
             ax.axhline(base[k], ls="--", color="black", lw=1, label="base")
-        for name, entry in curves["methods"].items():
+        for i, (name, entry) in enumerate(curves["methods"].items()):
             steps = ([0] if base is not None else []) + list(entry["steps"])
             mean = np.array(([base[k]] if base is not None else []) + list(entry["mean"][k]))
             std = np.array(([0.0] if base is not None else []) + list(entry["std"][k]))
-            line, = ax.plot(steps, mean, marker="o", ms=3, label=name)
+            line, = ax.plot(steps, mean, marker="o", ms=3, label=name, **_method_style(i))
             ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set(xlabel="RL step", ylabel=f"max@{k}")
         ax.grid(alpha=0.3)
