@@ -129,11 +129,16 @@ def _common(rewards, k, mask, *, name: str, min_k: int = 1):
     return r, k, m, keep
 
 
+def _row_range(x: Array, m: Array) -> tuple[Array, Array]:
+    """([..., 1], [..., 1]): the max and min of each row of x [..., n] over its valid samples m."""
+    hi = jnp.max(jnp.where(m, x, -jnp.inf), axis=-1, keepdims=True)
+    lo = jnp.min(jnp.where(m, x, jnp.inf), axis=-1, keepdims=True)
+    return hi, lo
+
+
 def _flat_transform(r: Array, k: int, m: Array) -> Array:
     """[..., 1] bool: the row's on-policy max@k transform r~ (valid samples) is flat to 1e-5 relative."""
-    rt = maxk_reward_transform(r, k, mask=m)
-    hi = jnp.max(jnp.where(m, rt, -jnp.inf), axis=-1, keepdims=True)
-    lo = jnp.min(jnp.where(m, rt, jnp.inf), axis=-1, keepdims=True)
+    hi, lo = _row_range(maxk_reward_transform(r, k, mask=m), m)
     return hi - lo <= 1e-5 * jnp.maximum(jnp.abs(hi), jnp.abs(lo))
 
 
@@ -231,8 +236,7 @@ def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
         r, k, m, keep = _common(rewards, k, mask, name=name)
         lr = prepare_log_ratio(log_ratio, r.shape, required=needs_lr, estimator=name)
         if zero_flat_rows:   # rows whose valid rewards are all equal carry no signal, only delta noise
-            hi = jnp.max(jnp.where(m, r, -jnp.inf), axis=-1, keepdims=True)
-            lo = jnp.min(jnp.where(m, r, jnp.inf), axis=-1, keepdims=True)
+            hi, lo = _row_range(r, m)
             keep = keep & (hi > lo)
         if zero_flat_transform:   # rows whose on-policy r~ is flat: 0 on-policy, delta noise off-policy
             keep = keep & ~_flat_transform(r, k, m)

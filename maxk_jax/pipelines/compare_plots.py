@@ -31,9 +31,11 @@ def _save(fig: Any, axes: Any, title: str, path: str) -> None:
 
 
 def _method_style(i: int) -> dict[str, Any]:
-    """Colour and line style of the i-th method (0-based, base excluded): the ten default colours,
-    then again with dashed and dotted lines, so that no two of up to 30 methods look alike."""
-    return dict(color=f"C{i % 10}", ls=("-", "--", ":")[(i // 10) % 3])
+    """Colour, line style and marker of the i-th method (0-based, base excluded): the ten default
+    colours, then again with dashed and dotted lines (square and triangle markers), so that no two of
+    up to 30 methods look alike."""
+    round_ = (i // 10) % 3
+    return dict(color=f"C{i % 10}", ls=("-", "--", ":")[round_], marker=("o", "s", "^")[round_])
 
 
 def plot_max_at_k(agg: dict[str, Any], path: str, title: str) -> None:
@@ -46,8 +48,9 @@ def plot_max_at_k(agg: dict[str, Any], path: str, title: str) -> None:
         mean = np.array([entry["max_at_k"]["mean"][k] for k in ks])
         std = (np.array([entry["max_at_k"]["std"][k] for k in ks]) if entry["max_at_k"]["std"] is not None
                else None)
-        style = dict(marker="o" if len(ks) <= 16 else None, ms=3, lw=2.2 if name == REFERENCE else 1.2,
-                     **_method_style(i))
+        style = {**_method_style(i), "ms": 3, "lw": 2.2 if name == REFERENCE else 1.2}
+        if len(ks) > 16:
+            style["marker"] = None
         for ax, y in zip(axes, (mean, mean - base)):
             line, = ax.plot(ks, y, label=name, **style)
             if std is not None:
@@ -78,7 +81,7 @@ def plot_frontier(agg: dict[str, Any], path: str) -> None:
             kl = entry["train"]["kl_ref_final"]["per_seed"]
             ys = entry["max_at_k"]["per_seed"]
             seeds = [sd for sd in kl if sd in ys]
-            color, marker = _method_style(i)["color"], ("o", "s", "^")[(i // 10) % 3]
+            color, marker = _method_style(i)["color"], _method_style(i)["marker"]
             ax.scatter([kl[sd] for sd in seeds], [ys[sd][k] for sd in seeds], s=18, alpha=0.6, color=color,
                        marker=marker)
             ax.scatter([np.mean([kl[sd] for sd in seeds])], [entry["max_at_k"]["mean"][k]], s=90,
@@ -101,7 +104,7 @@ def plot_eval_curves(curves: dict[str, Any], path: str, title: str) -> None:
             steps = ([0] if base is not None else []) + list(entry["steps"])
             mean = np.array(([base[k]] if base is not None else []) + list(entry["mean"][k]))
             std = np.array(([0.0] if base is not None else []) + list(entry["std"][k]))
-            line, = ax.plot(steps, mean, marker="o", ms=3, label=name, **_method_style(i))
+            line, = ax.plot(steps, mean, ms=3, label=name, **_method_style(i))
             ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set(xlabel="RL step", ylabel=f"max@{k}")
         ax.grid(alpha=0.3)
