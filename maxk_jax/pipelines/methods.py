@@ -54,8 +54,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # on rows of close rewards, scales the delta terms up to the size of the reward differences)
     "maxk_mean": ("maxk", {"baseline": "mean"}, {}),
     "maxk_offpolicy_mean": ("maxk_offpolicy", {"baseline": "mean"}, {}),
-    # ... and the unbiased leave-one-out baseline (r~' minus the mean of the row's other samples) in
-    # the clipped loss: under stale rollouts (`behaviour`) delta is the policy's drift over s steps
+    # ... and the unbiased leave-one-out baseline (b_i: over the k-subsets holding i, the best reward
+    # of the subset's other members, weighted like the estimator; no division) in the clipped loss:
+    # under stale rollouts (`behaviour`) delta is the policy's drift over s steps
     "maxk_offpolicy_loo1": ("maxk_offpolicy", {"baseline": "loo1"}, {}),
 }
 
