@@ -81,7 +81,8 @@ def plot_frontier(agg: dict[str, Any], path: str) -> None:
             kl = entry["train"]["kl_ref_final"]["per_seed"]
             ys = entry["max_at_k"]["per_seed"]
             seeds = [sd for sd in kl if sd in ys]
-            color, marker = _method_style(i)["color"], _method_style(i)["marker"]
+            style = _method_style(i)
+            color, marker = style["color"], style["marker"]
             ax.scatter([kl[sd] for sd in seeds], [ys[sd][k] for sd in seeds], s=18, alpha=0.6, color=color,
                        marker=marker)
             ax.scatter([np.mean([kl[sd] for sd in seeds])], [entry["max_at_k"]["mean"][k]], s=90,
