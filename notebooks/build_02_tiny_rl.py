@@ -41,7 +41,7 @@ from maxk_jax import estimators, sampling, sharding
 from maxk_jax.rl import rollout
 from maxk_jax.rl import training
 from maxk_jax.rl import warmup
-from maxk_jax.data import synthetic
+from maxk_jax.data import synthetic, synthetic_solutions
 from maxk_jax.eval.compare import compare_runs
 from maxk_jax.eval.run import EvalOptions, evaluate
 from maxk_jax.execution import make_executor
@@ -67,11 +67,11 @@ code(r"""
 cfg = synthetic.SyntheticConfig(seed=0, num_train=400, num_test=8, max_ops=2, list_fraction=0.0)
 train, test = synthetic.make_split(cfg)
 # a problem with a near miss that gets partial credit
-problem = next(p for p in train if any(0 < m.reward < 1 for m in synthetic.near_misses(p)))
+problem = next(p for p in train if any(0 < m.reward < 1 for m in synthetic_solutions.near_misses(p)))
 print("statement:", problem.prompt)
-print("canonical program:\n" + synthetic.canonical_solution(problem))
-misses = synthetic.near_misses(problem)[:6]
-codes = [synthetic.canonical_solution(problem)] + [m.code for m in misses]
+print("canonical program:\n" + synthetic_solutions.canonical_solution(problem))
+misses = synthetic_solutions.near_misses(problem)[:6]
+codes = [synthetic_solutions.canonical_solution(problem)] + [m.code for m in misses]
 results = executor.judge([problem.to_submission(c, str(i)) for i, c in enumerate(codes)])
 print("\nprogram                expected reward   judged reward   verdicts")
 for m, r in zip([None] + misses, results):
@@ -90,7 +90,7 @@ the same loading path (`convert.load_hf`, `AutoTokenizer`) as a real Qwen2.5 che
 """)
 
 code(r"""
-corpus = synthetic.tokenizer_corpus(train[:200], np.random.default_rng(0))
+corpus = synthetic_solutions.tokenizer_corpus(train[:200], np.random.default_rng(0))
 ckpt = tiny.build_tiny_checkpoint(f"{WORK}/base", corpus, seed=0, vocab_size=512, hidden_size=64,
                                   num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256)
 config, params = convert.load_hf(ckpt)
@@ -106,14 +106,14 @@ md(r"""
 Next-token cross-entropy on the answer tokens only (prompt tokens masked). To learn something in a
 minute, this demo trains on the canonical program of each problem plus one near miss (30% of the
 examples would be near misses in the real run, which also rewrites every program in random
-equivalent styles -- `synthetic.noisy_solutions` -- and needs ~800 steps of a 0.9M model).
+equivalent styles -- `synthetic_solutions.noisy_solutions` -- and needs ~800 steps of a 0.9M model).
 """)
 
 code(r"""
 rng = np.random.default_rng(1)
-examples = [warmup.encode_example(tok, p.prompt, synthetic.canonical_solution(p)) for p in train]
+examples = [warmup.encode_example(tok, p.prompt, synthetic_solutions.canonical_solution(p)) for p in train]
 examples += [warmup.encode_example(tok, p.prompt, s.code)
-             for p in train for s in synthetic.sample_solutions(p, rng, 1, noise=1.0)]
+             for p in train for s in synthetic_solutions.sample_solutions(p, rng, 1, noise=1.0)]
 print(len(examples), "examples, e.g.", repr(tok.decode(examples[-1].completion)))
 """)
 

@@ -18,9 +18,10 @@ def tiny_ckpt(tmp_path_factory):
     import numpy as np
 
     from maxk_jax.data import synthetic as syn
+    from maxk_jax.data import synthetic_solutions as sol
     from maxk_jax.models import tiny
 
     train, _ = syn.make_split(syn.SyntheticConfig(seed=0, num_train=60, num_test=4))
-    corpus = syn.tokenizer_corpus(train, np.random.default_rng(0))
+    corpus = sol.tokenizer_corpus(train, np.random.default_rng(0))
     return tiny.build_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), corpus, seed=0, hidden_size=32,
                                       num_layers=2, num_heads=2, num_kv_heads=1)

@@ -1,4 +1,4 @@
-"""Problem schema, dataset loaders, prompt formatting, code extraction (synthetic tasks: synthetic.py).
+"""Problem schema, dataset loaders, prompt formatting, code extraction (synthetic tasks: synthetic.py, their programs: synthetic_solutions.py).
 
 Main entry points::
 

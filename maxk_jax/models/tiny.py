@@ -6,7 +6,7 @@ The directory written by `build_tiny_checkpoint` loads exactly like a real Qwen2
 (config.json + model.safetensors, written by ``convert.save_hf`` from randomly initialised params).
 
 Tokenizer (`train_tokenizer`): byte-level BPE trained with the ``tokenizers`` library on a corpus
-(e.g. `maxk_jax.data.synthetic.tokenizer_corpus`), pre-tokenised with Qwen2's own split regex
+(e.g. `maxk_jax.data.synthetic_solutions.tokenizer_corpus`), pre-tokenised with Qwen2's own split regex
 (single digits, words, punctuation runs) followed by the GPT-2 byte-to-unicode map, so any text
 round-trips exactly. Special tokens get ids 0..3::
 

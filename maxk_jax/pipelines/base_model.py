@@ -94,7 +94,7 @@ def build_base(cfg: PipelineConfig, train: Sequence[Problem], out_dir: str, *, p
     """Tokenizer + tiny Qwen2 + warm-up, written as a HF checkpoint to `out_dir` (see
     `prepare_base`). Returns the warm-up record (also written to ``out_dir/warmup.json``, the loss
     curve to ``out_dir/warmup_loss.png``)."""
-    from maxk_jax.data.synthetic import tokenizer_corpus
+    from maxk_jax.data.synthetic_solutions import tokenizer_corpus
     from maxk_jax.models import convert, qwen2, tiny
     from maxk_jax.models.tokenizer import load_tokenizer
     from maxk_jax.rl import warmup

@@ -129,9 +129,9 @@ def encode_example(tokenizer: Tokenizer, user_message: str, completion: str) -> 
 def synthetic_examples(problems: Sequence[Any], tokenizer: Tokenizer, rng: np.random.Generator, *,
                        per_problem: int, noise: float) -> list[Example]:
     """Warm-up pairs for synthetic problems: the raw statement as the user message and
-    ``per_problem`` solutions from `maxk_jax.data.synthetic.noisy_solutions` (diverse rewrites,
+    ``per_problem`` solutions from `maxk_jax.data.synthetic_solutions.noisy_solutions` (diverse rewrites,
     a `noise` fraction of near misses) as bare-code answers. Problem-major order."""
-    from maxk_jax.data import synthetic
+    from maxk_jax.data import synthetic_solutions
 
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -139,7 +139,7 @@ def synthetic_examples(problems: Sequence[Any], tokenizer: Tokenizer, rng: np.ra
     prompts, codes = [], []
     for p in problems:
         prompt = tuple(chat_prompt_ids(tokenizer, p.prompt))
-        for code in synthetic.noisy_solutions(p, rng, per_problem, noise):
+        for code in synthetic_solutions.noisy_solutions(p, rng, per_problem, noise):
             prompts.append(prompt)
             codes.append(code)
     encoded = tokenizer(codes, add_special_tokens=False)["input_ids"] if codes else []

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from maxk_jax.data import synthetic as syn
+from maxk_jax.data import synthetic_solutions as sol
 from maxk_jax.data.problem import Problem, StdioCase, StdioTests, load_problems, save_problems
 
 CFG = syn.SyntheticConfig(seed=11, num_train=300, num_test=60)
@@ -79,12 +80,12 @@ def judge(pairs: list[tuple[Problem, str]]) -> list[float]:
 def _judge_problems(problems, rewrites: int, max_misses: int, rng):
     pairs, want = [], []
     for p in problems:
-        pairs.append((p, syn.canonical_solution(p)))
+        pairs.append((p, sol.canonical_solution(p)))
         want.append((1.0, None))
-        for s in syn.sample_solutions(p, rng, rewrites, 0.0):
+        for s in sol.sample_solutions(p, rng, rewrites, 0.0):
             pairs.append((p, s.code))
             want.append((1.0, None))
-        misses = syn.near_misses(p)
+        misses = sol.near_misses(p)
         misses.sort(key=lambda m: not 0 < m.reward < 1)  # fractional ones first
         for m in misses[:max_misses]:
             pairs.append((p, m.code))
@@ -127,7 +128,7 @@ def test_test_split_does_not_depend_on_num_train(split):
 
 def test_splits_disjoint(split):
     train, test = split
-    for key in (lambda p: p.id, lambda p: p.prompt, lambda p: syn.spec_of(p), syn.canonical_solution):
+    for key in (lambda p: p.id, lambda p: p.prompt, lambda p: sol.spec_of(p), sol.canonical_solution):
         tr, te = [key(p) for p in train], [key(p) for p in test]
         assert len(set(tr)) == len(tr) and len(set(te)) == len(te)
         assert not set(tr) & set(te)
@@ -137,7 +138,7 @@ def test_problems_well_formed_and_cached(split, tmp_path):
     train, test = split
     kinds = collections.Counter()
     for p in train + test:
-        spec = syn.spec_of(p)
+        spec = sol.spec_of(p)
         kinds[spec.kind] += 1
         assert p.source == syn.SOURCE and p.mode == "stdio" and p.num_tests == CFG.num_tests
         assert CFG.min_ops <= p.difficulty == len(spec.ops) <= CFG.max_ops
@@ -148,13 +149,13 @@ def test_problems_well_formed_and_cached(split, tmp_path):
             if c is not None:
                 assert str(c) in p.prompt
         # every operation is tested: dropping any one of them fails some hidden test
-        drops = {m.mutation for m in syn.near_misses(p) if m.mutation.startswith("drop@")}
+        drops = {m.mutation for m in sol.near_misses(p) if m.mutation.startswith("drop@")}
         assert drops == {f"drop@{i}" for i in range(len(spec.ops))}, p.prompt
     assert kinds["scalar"] > 0 and kinds["list"] > 0
     path = tmp_path / "syn.jsonl"
     save_problems(test, path)
     reloaded = load_problems(path)
-    assert [syn.canonical_solution(p) for p in reloaded] == [syn.canonical_solution(p) for p in test]
+    assert [sol.canonical_solution(p) for p in reloaded] == [sol.canonical_solution(p) for p in test]
 
 
 def test_docstring_example():
@@ -166,7 +167,7 @@ def test_docstring_example():
     cases = tuple(StdioCase(f"{x}\n", f"{max(-2 * (x + 3), 5)}\n") for x in inputs)
     problem = Problem("synthetic/example", syn.SOURCE, syn.statement(spec), StdioTests(cases),
                       metadata={"spec": spec.to_json()})
-    drop = {m.mutation: m for m in syn.near_misses(problem)}["drop@2"]
+    drop = {m.mutation: m for m in sol.near_misses(problem)}["drop@2"]
     assert drop.code == "x=int(input())\nx=x+3\nx=x*-2\nprint(x)" and drop.reward == 4 / 8
 
 
@@ -175,11 +176,11 @@ def test_near_misses_give_partial_credit(split):
     train, _ = split
     with_fraction = 0
     for p in train:
-        misses = syn.near_misses(p)
+        misses = sol.near_misses(p)
         assert misses and all(0.0 <= m.reward < 1.0 for m in misses)
         assert len({m.code for m in misses}) == len(misses)
         with_fraction += any(0.0 < m.reward < 1.0 for m in misses)
-        spec = syn.spec_of(p)
+        spec = sol.spec_of(p)
         if spec.reduce in ("max", "min") and any(n in ("gt", "lt", "even", "odd") for n, _ in spec.ops):
             forgot_empty = [m for m in misses if m.mutation == f"{spec.reduce}->{spec.reduce}_nodefault"]
             assert len(forgot_empty) == 1 and 0.0 < forgot_empty[0].reward < 1.0
@@ -190,22 +191,22 @@ def test_noisy_solutions_rate_diversity_and_determinism(split):
     train, _ = split
     problems = train[:100]
     rng = np.random.default_rng(3)
-    sols = [s for p in problems for s in syn.sample_solutions(p, rng, 16, 0.25)]
+    sols = [s for p in problems for s in sol.sample_solutions(p, rng, 16, 0.25)]
     wrong = np.mean([s.mutation is not None for s in sols])
     assert abs(wrong - 0.25) < 4 * np.sqrt(0.25 * 0.75 / len(sols))
     assert all(s.reward == 1.0 for s in sols if s.mutation is None)
     assert all(0.0 <= s.reward < 1.0 for s in sols if s.mutation is not None)
-    clean = [syn.noisy_solutions(p, np.random.default_rng(4), 16, 0.0) for p in problems]
+    clean = [sol.noisy_solutions(p, np.random.default_rng(4), 16, 0.0) for p in problems]
     assert np.mean([len(set(c)) for c in clean]) >= 10
-    assert clean[0] == syn.noisy_solutions(problems[0], np.random.default_rng(4), 16, 0.0)
-    all_wrong = syn.sample_solutions(problems[0], np.random.default_rng(5), 8, 1.0)
-    fractional = any(0 < m.reward < 1 for m in syn.near_misses(problems[0]))
+    assert clean[0] == sol.noisy_solutions(problems[0], np.random.default_rng(4), 16, 0.0)
+    all_wrong = sol.sample_solutions(problems[0], np.random.default_rng(5), 8, 1.0)
+    fractional = any(0 < m.reward < 1 for m in sol.near_misses(problems[0]))
     assert all(s.mutation is not None and (0 < s.reward < 1 or not fractional) for s in all_wrong)
 
 
 def test_tokenizer_corpus(split):
     train, _ = split
-    corpus = syn.tokenizer_corpus(train[:10], np.random.default_rng(0), solutions_per_problem=3)
+    corpus = sol.tokenizer_corpus(train[:10], np.random.default_rng(0), solutions_per_problem=3)
     assert len(corpus) == 10 * 5 and corpus[0] == train[0].prompt
 
 
@@ -226,16 +227,16 @@ def test_bad_inputs_raise(split):
     p = train[0]
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="noise"):
-        syn.noisy_solutions(p, rng, 4, 1.5)
+        sol.noisy_solutions(p, rng, 4, 1.5)
     with pytest.raises(ValueError, match="noise"):
-        syn.noisy_solutions(p, rng, 4, float("nan"))
+        sol.noisy_solutions(p, rng, 4, float("nan"))
     with pytest.raises(ValueError, match="n must"):
-        syn.noisy_solutions(p, rng, -1, 0.1)
+        sol.noisy_solutions(p, rng, -1, 0.1)
     with pytest.raises(ValueError, match="rng"):
-        syn.noisy_solutions(p, 0, 4, 0.1)
+        sol.noisy_solutions(p, 0, 4, 0.1)
     other = Problem("x/1", "code_contests", "stmt", StdioTests((StdioCase("1\n", "1\n"),)))
     with pytest.raises(ValueError, match="not a synthetic problem"):
-        syn.canonical_solution(other)
+        sol.canonical_solution(other)
     with pytest.raises(ValueError, match="invalid constant"):
         syn.Spec("scalar", (("mod", 1),))
     with pytest.raises(ValueError, match="unknown scalar op"):

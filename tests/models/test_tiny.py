@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from maxk_jax.data import synthetic as syn
+from maxk_jax.data import synthetic_solutions as sol
 from maxk_jax.models import convert, qwen2, tiny
 
 MESSAGE = [{"role": "user", "content": "Read an integer x. Add 3 to x. Print x."}]
@@ -21,7 +22,7 @@ def problems():
 
 @pytest.fixture(scope="module")
 def corpus(problems):
-    return syn.tokenizer_corpus(problems[0], np.random.default_rng(0))
+    return sol.tokenizer_corpus(problems[0], np.random.default_rng(0))
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def _held_out_texts(problems):
     rng = np.random.default_rng(1)
     texts = [p.prompt for p in test]
     for p in test:
-        texts += syn.noisy_solutions(p, rng, 8, 0.3)
+        texts += sol.noisy_solutions(p, rng, 8, 0.3)
     return texts + ["héllo wörld ∑ 中文 123456789 \t\r\n  tabs\tand  spaces ", "", "\n\n", "<|im_end|> as text"]
 
 
@@ -70,7 +71,7 @@ def test_prompts_and_solutions_fit_in_64_tokens(problems, tokenizer):
                                             add_generation_prompt=True, return_dict=True)["input_ids"]
         prompt_lens.append(len(ids))
         code_lens += [len(tokenizer.encode(c, add_special_tokens=False))
-                      for c in syn.noisy_solutions(p, rng, 8, 0.3) + [syn.canonical_solution(p)]]
+                      for c in sol.noisy_solutions(p, rng, 8, 0.3) + [sol.canonical_solution(p)]]
     assert max(prompt_lens) <= 64 and max(code_lens) + 1 <= 64  # + <|im_end|>
 
 

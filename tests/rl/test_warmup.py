@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from maxk_jax.rl import warmup
-from maxk_jax.data import synthetic
+from maxk_jax.data import synthetic, synthetic_solutions
 from maxk_jax.models import qwen2, tiny
 
 VOCAB, PAD = 40, 0
@@ -119,7 +119,7 @@ def test_run_warmup_rejects_bad_examples():
 
 def test_synthetic_examples_use_the_chat_prompt_and_bare_code():
     train, _ = synthetic.make_split(synthetic.SyntheticConfig(seed=0, num_train=6, num_test=1))
-    tok = tiny.train_tokenizer(synthetic.tokenizer_corpus(train, np.random.default_rng(0)), 400)
+    tok = tiny.train_tokenizer(synthetic_solutions.tokenizer_corpus(train, np.random.default_rng(0)), 400)
     examples = warmup.synthetic_examples(train, tok, np.random.default_rng(0), per_problem=3, noise=0.5)
     assert len(examples) == 18
     for i, ex in enumerate(examples):
