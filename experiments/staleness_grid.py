@@ -9,7 +9,9 @@ evaluation keys) per cell of `maxk_jax.pipelines.staleness_grid.grid_cells`: s =
 (maxk_offpolicy, maxk_offpolicy_exact, GRPO); for every s > 0 ``none`` (maxk_offpolicy as if
 on-policy), ``behaviour`` (maxk_offpolicy = first-order r̃′, maxk_offpolicy_exact = eq. 10, δ to the
 stale sampler) and ``tis`` (maxk_offpolicy and GRPO with per-sample truncated IS, cap
-``rl.algo.tis_cap``). Each cell's runs go to ``<runs_dir>/<prefix>_s<s>[_<correction>]``; the table
+``rl.algo.tis_cap``); ``--baseline=loo1``: the same max@k cells with the leave-one-out baseline
+(maxk_offpolicy_loo1, maxk_offpolicy_exact_loo1) instead of the z-score, without GRPO. Each cell's runs
+go to ``<runs_dir>/<prefix>_s<s>[_<correction>]``; the table
 (max@1, max@K, pass@1, pass@K at equal RL steps, the behaviour ratios' statistics, seconds per step and
 the learner's wait) and the plot (max@1 / max@K against s per method and correction) go to
 ``<runs_dir>/<prefix>_grid.{md,json,png}``.
@@ -41,6 +43,9 @@ def define_flags() -> None:
     flags.DEFINE_list("staleness", ["0", "1", "2", "4"], "rollout.max_staleness values (0 = the synchronous cell).")
     flags.DEFINE_list("seeds", ["0"], "RL seeds; every (method, cell) runs once per seed.")
     flags.DEFINE_string("prefix", "async", "Name prefix of the cells' comparison directories and of the grid files.")
+    flags.DEFINE_enum("baseline", "zscore", ["zscore", "loo1"], "Baseline of the max@k estimators: zscore (the paper's "
+                      "maxk_offpolicy / maxk_offpolicy_exact, with GRPO as the peer) or loo1 (the unbiased leave-one-out "
+                      "baseline: maxk_offpolicy_loo1 / maxk_offpolicy_exact_loo1, no GRPO cells).")
     flags.DEFINE_string("runs_dir", None, "Runs directory (default: config.runs_dir); the base-model cache is shared "
                         "with experiments.tiny_pipeline and compare_methods.")
     flags.DEFINE_bool("aggregate_only", False, "Only build the table and plot from the cells already finished.")
@@ -60,7 +65,7 @@ def main(argv: Sequence[str]) -> None:
             raise ValueError(f"--staleness={','.join(FLAGS.staleness)} must be ints") from None
         if not staleness or staleness[0] < 0:
             raise ValueError(f"--staleness={','.join(FLAGS.staleness)} must be ints >= 0")
-        cells = grid_cells(staleness, FLAGS.prefix)
+        cells = grid_cells(staleness, FLAGS.prefix, FLAGS.baseline)
         for cell in cells:
             cell_config(cfg, cell)   # every cell's config is valid before any work
         preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")

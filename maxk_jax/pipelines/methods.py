@@ -58,6 +58,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # of the subset's other members, weighted like the estimator; no division) in the clipped loss:
     # under stale rollouts (`behaviour`) delta is the policy's drift over s steps
     "maxk_offpolicy_loo1": ("maxk_offpolicy", {"baseline": "loo1"}, {}),
+    # ... and the exact eq. 10 estimator with the same baseline (the staleness grid's loo1 family)
+    "maxk_offpolicy_exact_loo1": ("maxk_offpolicy_exact", {"baseline": "loo1"}, {}),
 }
 
 

@@ -8,7 +8,10 @@
 Cells: s = 0 is the synchronous loop (``sync``: maxk_offpolicy, maxk_offpolicy_exact, GRPO); for s > 0,
 ``none`` (maxk_offpolicy trained as if on-policy), ``behaviour`` (the paper's off-policy estimators take
 δ to the stale sampler: maxk_offpolicy = first-order r̃′, maxk_offpolicy_exact = eq. 10) and ``tis``
-(per-sample truncated IS on maxk_offpolicy and on GRPO, the peers' baseline).
+(per-sample truncated IS on maxk_offpolicy and on GRPO, the peers' baseline). With
+``baseline="loo1"`` the two max@k estimators use the unbiased leave-one-out baseline instead of the
+paper's z-score (``maxk_offpolicy_loo1``, ``maxk_offpolicy_exact_loo1``) and GRPO is left out: its cells
+do not depend on the max@k baseline (read them from the z-score grid).
 """
 from __future__ import annotations
 
@@ -23,8 +26,12 @@ import numpy as np
 from maxk_jax.pipelines.config import PipelineConfig
 from maxk_jax.fields import replace_fields
 
-LABELS = {("maxk_offpolicy", "behaviour"): "maxk_offpolicy first-order", ("maxk_offpolicy_exact", "behaviour"):
-          "maxk_offpolicy_exact exact"}
+# the max@k estimators of the grid per baseline: (first-order r~', exact eq. 10)
+FAMILIES = {"zscore": ("maxk_offpolicy", "maxk_offpolicy_exact"),
+            "loo1": ("maxk_offpolicy_loo1", "maxk_offpolicy_exact_loo1")}
+PEER = "grpo"
+LABELS = {(m, "behaviour"): f"{m} {kind}" for first, exact in FAMILIES.values()
+          for m, kind in ((first, "first-order"), (exact, "exact"))}
 STALE_KEYS = ("ppo/stale_log_ratio_abs_mean", "ppo/stale_clamped_fraction", "ppo/stale_ess_fraction_mean",
               "ppo/stale_ess_fraction_min")
 TIME_KEYS = ("time/step_s", "time/wait_rollout_s")
@@ -39,16 +46,21 @@ class Cell(NamedTuple):
     name: str
 
 
-def grid_cells(staleness: Sequence[int], prefix: str = "async") -> list[Cell]:
-    """The comparisons of the grid for the staleness values (0 = the synchronous cell)."""
+def grid_cells(staleness: Sequence[int], prefix: str = "async", baseline: str = "zscore") -> list[Cell]:
+    """The comparisons of the grid for the staleness values (0 = the synchronous cell), with the max@k
+    estimators of `baseline` (a `FAMILIES` key; "loo1" leaves GRPO out)."""
+    if baseline not in FAMILIES:
+        raise ValueError(f"baseline={baseline!r} must be one of {sorted(FAMILIES)}")
+    first, exact = FAMILIES[baseline]
+    peer = (PEER,) if baseline == "zscore" else ()
     cells = []
     for s in staleness:
         if s == 0:
-            cells.append(Cell(0, "none", ("maxk_offpolicy", "maxk_offpolicy_exact", "grpo"), f"{prefix}_s0"))
+            cells.append(Cell(0, "none", (first, exact) + peer, f"{prefix}_s0"))
             continue
-        cells += [Cell(s, "none", ("maxk_offpolicy",), f"{prefix}_s{s}_none"),
-                  Cell(s, "behaviour", ("maxk_offpolicy", "maxk_offpolicy_exact"), f"{prefix}_s{s}_behaviour"),
-                  Cell(s, "tis", ("maxk_offpolicy", "grpo"), f"{prefix}_s{s}_tis")]
+        cells += [Cell(s, "none", (first,), f"{prefix}_s{s}_none"),
+                  Cell(s, "behaviour", (first, exact), f"{prefix}_s{s}_behaviour"),
+                  Cell(s, "tis", (first,) + peer, f"{prefix}_s{s}_tis")]
     return cells
 
 

@@ -44,9 +44,11 @@ def test_methods_set_estimator_loss_form_options_and_overrides():
     for name, estimator in (("maxk_mean", "maxk"), ("maxk_offpolicy_mean", "maxk_offpolicy")):
         run = rl_config(apply_method(default_config(), name, METHODS), "/m", "/o", "/t")
         assert (run.algo.estimator, dict(run.algo.estimator_options)["baseline"]) == (estimator, "mean")
-    run = rl_config(apply_method(default_config(), "maxk_offpolicy_loo1", METHODS), "/m", "/o", "/t")
-    assert (run.algo.estimator, run.algo.loss.kind, run.algo.estimator_options) == (
-        "maxk_offpolicy", "clipped", (("baseline", "loo1"),))
+    for name, estimator in (("maxk_offpolicy_loo1", "maxk_offpolicy"), ("maxk_offpolicy_exact_loo1",
+                                                                        "maxk_offpolicy_exact")):
+        run = rl_config(apply_method(default_config(), name, METHODS), "/m", "/o", "/t")
+        assert (run.algo.estimator, run.algo.loss.kind, run.algo.estimator_options) == (
+            estimator, "clipped", (("baseline", "loo1"),))
     # a registry name outside the table: its defaults, loss form "auto"
     assert method_spec("tang_loo", {}) == ("tang_loo", "auto", {}, {})
 

@@ -2,9 +2,10 @@
 import json
 
 import numpy as np
+import pytest
 
 from maxk_jax.pipelines import default_config
-from maxk_jax.pipelines.staleness_grid import cell_config, collect_rows, grid_cells, grid_markdown, plot_grid
+from maxk_jax.pipelines.staleness_grid import LABELS, cell_config, collect_rows, grid_cells, grid_markdown, plot_grid
 
 
 def test_cells_cover_every_correction_for_each_staleness():
@@ -16,6 +17,18 @@ def test_cells_cover_every_correction_for_each_staleness():
         (2, "tis", ("maxk_offpolicy", "grpo"), "async_s2_tis")]
     cfg = cell_config(default_config(), cells[2])
     assert (cfg.rl.rollout.max_staleness, cfg.rl.algo.stale_correction) == (2, "behaviour")
+
+
+def test_loo1_cells_swap_the_maxk_estimators_and_leave_grpo_out():
+    cells = grid_cells((0, 4), "t", baseline="loo1")
+    assert [(c.s, c.correction, c.methods, c.name) for c in cells] == [
+        (0, "none", ("maxk_offpolicy_loo1", "maxk_offpolicy_exact_loo1"), "t_s0"),
+        (4, "none", ("maxk_offpolicy_loo1",), "t_s4_none"),
+        (4, "behaviour", ("maxk_offpolicy_loo1", "maxk_offpolicy_exact_loo1"), "t_s4_behaviour"),
+        (4, "tis", ("maxk_offpolicy_loo1",), "t_s4_tis")]
+    assert LABELS[("maxk_offpolicy_exact_loo1", "behaviour")] == "maxk_offpolicy_exact_loo1 exact"
+    with pytest.raises(ValueError, match="baseline='mean' must be one of"):
+        grid_cells((0,), baseline="mean")
 
 
 def _fake_cell(root, cell, values, step_s=2.0):
