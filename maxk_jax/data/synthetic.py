@@ -142,17 +142,17 @@ _REDUCERS: dict[str, _Reduce] = {
     "max_nodefault": _Reduce(None, ("print(max({a}))",), lambda a: _largest(a, False, max)),
     "min_nodefault": _Reduce(None, ("print(min({a}))",), lambda a: _largest(a, False, min)),
 }
-_CONST_OPS = {"add", "sub", "mul", "div", "mod", "max", "min", "div_trunc", "gt", "lt", "ge", "le"}
+CONST_OPS = {"add", "sub", "mul", "div", "mod", "max", "min", "div_trunc", "gt", "lt", "ge", "le"}
 _GEN_SCALAR = tuple(k for k, v in _SCALAR.items() if v.phrase)
 _GEN_FILTERS = tuple(k for k, v in _FILTERS.items() if v.phrase)
 _GEN_REDUCERS = tuple(k for k, v in _REDUCERS.items() if v.phrase)
 _ONCE = {"square", "digsum"}  # at most once per problem (keeps numbers small)
-# Near-miss confusions: op -> ops it is mistaken for.
-_CONFUSE = {"add": ("sub",), "sub": ("add",), "max": ("min",), "min": ("max",), "div": ("mod", "div_trunc"),
-            "mod": ("div",), "abs": ("neg",), "neg": ("abs",), "digsum": ("digsum_noabs",),
-            "gt": ("ge", "lt"), "lt": ("le", "gt"), "even": ("odd",), "odd": ("even",)}
-_CONFUSE_REDUCE = {"sum": ("count",), "max": ("max_nodefault", "min"), "min": ("min_nodefault", "max"),
-                   "count": ("sum",), "sorted": ()}
+# Near-miss confusions (public: synthetic_solutions builds near misses from them): op -> ops it is mistaken for.
+CONFUSE = {"add": ("sub",), "sub": ("add",), "max": ("min",), "min": ("max",), "div": ("mod", "div_trunc"),
+           "mod": ("div",), "abs": ("neg",), "neg": ("abs",), "digsum": ("digsum_noabs",),
+           "gt": ("ge", "lt"), "lt": ("le", "gt"), "even": ("odd",), "odd": ("even",)}
+CONFUSE_REDUCE = {"sum": ("count",), "max": ("max_nodefault", "min"), "min": ("min_nodefault", "max"),
+                  "count": ("sum",), "sorted": ()}
 _SCALAR_VARS, _LIST_VARS, _ELEM_VARS = ("x", "n", "v", "y", "k"), ("a", "xs", "nums", "arr"), ("x", "v", "e", "y")
 _SCALAR_INPUTS = ("{x}=int(input())", "{x}=int(input().strip())", "import sys\n{x}=int(sys.stdin.readline())")
 _LIST_INPUTS = ("{a}=list(map(int,input().split()))", "{a}=[int(t) for t in input().split()]")
@@ -173,7 +173,7 @@ class Spec:
         for name, c in self.ops:
             if name not in _SCALAR and (self.kind == "scalar" or name not in _FILTERS):
                 raise ValueError(f"unknown {self.kind} op {name!r}")
-            if (name in _CONST_OPS) != (c is not None) or (c is not None and not _valid_const(name, c)):
+            if (name in CONST_OPS) != (c is not None) or (c is not None and not valid_const(name, c)):
                 raise ValueError(f"op {name!r} has invalid constant {c!r}")
         if (self.kind == "list") != (self.reduce in _REDUCERS):
             raise ValueError(f"reduce {self.reduce!r} does not fit a {self.kind} spec")
@@ -231,7 +231,8 @@ class SyntheticConfig:
 
 
 # --- Semantics (the reference interpreter of a spec) ---
-def _valid_const(name: str, c: int) -> bool:
+def valid_const(name: str, c: int) -> bool:
+    """Whether constant `c` is allowed for operation `name` (no no-op or degenerate constants)."""
     if name in ("add", "sub"):
         return c >= 1
     if name == "mul":
@@ -241,7 +242,7 @@ def _valid_const(name: str, c: int) -> bool:
     return True
 
 
-def _run(spec: Spec, value: Any) -> Optional[str]:
+def expected_output(spec: Spec, value: Any) -> Optional[str]:
     """Expected stdout of `spec` on one input (int or tuple of ints); None if the program crashes."""
     try:
         if spec.kind == "scalar":
@@ -264,7 +265,8 @@ def _stdin(value: Any) -> str:
     return f"{value}\n" if isinstance(value, int) else " ".join(map(str, value)) + "\n"
 
 
-def _parse_stdin(kind: str, stdin: str) -> Any:
+def parse_stdin(kind: str, stdin: str) -> Any:
+    """A test's stdin as the spec interpreter's input: an int ("scalar") or a tuple of ints ("list")."""
     try:
         return int(stdin) if kind == "scalar" else tuple(int(t) for t in stdin.split())
     except ValueError as e:
@@ -334,12 +336,12 @@ def render(spec: Spec, rng: Optional[np.random.Generator] = None) -> str:
 
 # --- Generation and splits ---
 def _draw_const(name: str, cfg: SyntheticConfig, rng: np.random.Generator) -> Optional[int]:
-    if name not in _CONST_OPS:
+    if name not in CONST_OPS:
         return None
     lo = {"add": 1, "sub": 1, "div": 2, "mod": 2}.get(name, -cfg.max_const)
     while True:
         c = int(rng.integers(lo, cfg.max_const + 1))
-        if _valid_const(name, c):
+        if valid_const(name, c):
             return c
 
 
@@ -372,16 +374,16 @@ def _draw_inputs(cfg: SyntheticConfig, kind: str, rng: np.random.Generator) -> l
 
 def _accept(spec: Spec, inputs: list[Any]) -> Optional[list[str]]:
     """Expected outputs if the problem is well-formed (see module docstring), else None."""
-    expected = [_run(spec, v) for v in inputs]
+    expected = [expected_output(spec, v) for v in inputs]
     if any(e is None for e in expected) or len(set(expected)) < min(3, len(inputs)):
         return None
     if any(abs(int(t)) > _MAX_ABS_OUTPUT for e in expected for t in e.split()):
         return None
     for i in range(len(spec.ops)):
-        if [_run(Spec(spec.kind, spec.ops[:i] + spec.ops[i + 1:], spec.reduce), v) for v in inputs] == expected:
+        if [expected_output(Spec(spec.kind, spec.ops[:i] + spec.ops[i + 1:], spec.reduce), v) for v in inputs] == expected:
             return None
     if spec.reduce in ("max", "min") and any(n in _FILTERS for n, _ in spec.ops):
-        empty = sum(_run(Spec("list", spec.ops, "count"), v) == "0" for v in inputs)
+        empty = sum(expected_output(Spec("list", spec.ops, "count"), v) == "0" for v in inputs)
         if not 1 <= empty <= len(inputs) // 2:
             return None
     return expected

@@ -22,8 +22,8 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from maxk_jax.data.problem import Problem
-from maxk_jax.data.synthetic import (_CONFUSE, _CONFUSE_REDUCE, _CONST_OPS, SOURCE, Spec, _parse_stdin, _run,
-                                     _valid_const, render)
+from maxk_jax.data.synthetic import (CONFUSE, CONFUSE_REDUCE, CONST_OPS, SOURCE, Spec, expected_output, parse_stdin,
+                                     render, valid_const)
 
 
 def spec_of(problem: Problem) -> Spec:
@@ -35,7 +35,7 @@ def spec_of(problem: Problem) -> Spec:
 
 def _cases(problem: Problem, spec: Spec) -> tuple[list[Any], list[str]]:
     cases = problem.tests.cases
-    return [_parse_stdin(spec.kind, c.stdin) for c in cases], [c.expected.strip() for c in cases]
+    return [parse_stdin(spec.kind, c.stdin) for c in cases], [c.expected.strip() for c in cases]
 
 
 def canonical_solution(problem: Problem) -> str:
@@ -51,13 +51,13 @@ def _mutations(spec: Spec) -> list[tuple[str, Spec]]:
         def put(*new: tuple[str, Optional[int]], j: int = i + 1) -> tuple:
             return ops[:i] + tuple(new) + ops[j:]
         if c is not None:
-            out += [(f"const{d:+d}@{i}", put((name, c + d))) for d in (-1, 1) if _valid_const(name, c + d)]
-        out += [(f"{name}->{o}@{i}", put((o, c if o in _CONST_OPS else None))) for o in _CONFUSE.get(name, ())]
+            out += [(f"const{d:+d}@{i}", put((name, c + d))) for d in (-1, 1) if valid_const(name, c + d)]
+        out += [(f"{name}->{o}@{i}", put((o, c if o in CONST_OPS else None))) for o in CONFUSE.get(name, ())]
         out.append((f"drop@{i}", put()))
         if i + 1 < len(ops) and ops[i + 1] != ops[i]:
             out.append((f"swap@{i}", put(ops[i + 1], ops[i], j=i + 2)))
     muts = [(m, Spec(spec.kind, new, spec.reduce)) for m, new in out]
-    muts += [(f"{spec.reduce}->{o}", Spec(spec.kind, ops, o)) for o in _CONFUSE_REDUCE.get(spec.reduce, ())]
+    muts += [(f"{spec.reduce}->{o}", Spec(spec.kind, ops, o)) for o in CONFUSE_REDUCE.get(spec.reduce, ())]
     return muts
 
 
@@ -77,7 +77,7 @@ def _scored(problem: Problem) -> tuple[Spec, list[tuple[str, Spec, float]]]:
         if mut in seen:
             continue
         seen.add(mut)
-        reward = float(np.mean([_run(mut, v) == e for v, e in zip(inputs, expected)]))
+        reward = float(np.mean([expected_output(mut, v) == e for v, e in zip(inputs, expected)]))
         if reward < 1.0:  # a mutation equivalent on every hidden test is not wrong
             scored.append((name, mut, reward))
     return spec, scored
