@@ -1,4 +1,5 @@
-"""Problem schema, dataset loaders, prompt formatting, code extraction (synthetic tasks: synthetic.py, their programs: synthetic_solutions.py).
+"""Problem schema, dataset loaders, prompt formatting, code extraction (synthetic tasks: synthetic.py,
+their programs: synthetic_solutions.py).
 
 Main entry points::
 

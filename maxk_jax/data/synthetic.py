@@ -380,7 +380,8 @@ def _accept(spec: Spec, inputs: list[Any]) -> Optional[list[str]]:
     if any(abs(int(t)) > _MAX_ABS_OUTPUT for e in expected for t in e.split()):
         return None
     for i in range(len(spec.ops)):
-        if [expected_output(Spec(spec.kind, spec.ops[:i] + spec.ops[i + 1:], spec.reduce), v) for v in inputs] == expected:
+        dropped = Spec(spec.kind, spec.ops[:i] + spec.ops[i + 1:], spec.reduce)
+        if [expected_output(dropped, v) for v in inputs] == expected:
             return None
     if spec.reduce in ("max", "min") and any(n in _FILTERS for n, _ in spec.ops):
         empty = sum(expected_output(Spec("list", spec.ops, "count"), v) == "0" for v in inputs)
