@@ -46,6 +46,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # and the KL to pi_old instead of the frozen reference
     "maxk_offpolicy_seq_ratio": ("maxk_offpolicy", {}, {"algo.loss.ratio_level": "sequence"}),
     "maxk_offpolicy_kl_old": ("maxk_offpolicy", {}, {"algo.loss.kl_target": "old"}),
+    # ... and GRPO with the sequence-level ratio: whether the default ratio level should change for
+    # the estimators without a delta term too
+    "grpo_seq_ratio": ("grpo", {}, {"algo.loss.ratio_level": "sequence"}),
     # the delta-size suspect, two ways: delta = rho - 1 clamped to [-0.2, 0.2] (the default clamp is
     # 1.0), and the paper's method at grpo_lowlr's half learning rate (smaller steps, smaller deltas)
     "maxk_offpolicy_clamp02": ("maxk_offpolicy", {"clamp_delta": 0.2}, {}),

@@ -35,6 +35,9 @@ def test_methods_set_estimator_loss_form_options_and_overrides():
         "maxk_offpolicy", "sequence", "reference")
     run = rl_config(apply_method(cfg, "maxk_offpolicy_kl_old", METHODS), "/m", "/o", "/t")
     assert (run.algo.loss.ratio_level, run.algo.loss.kl_target) == ("token", "old")
+    run = rl_config(apply_method(cfg, "grpo_seq_ratio", METHODS), "/m", "/o", "/t")
+    assert (run.algo.estimator, run.algo.loss.ratio_level, run.algo.loss.kl_target) == (
+        "grpo", "sequence", "reference")
     # the delta-size suspect: a tighter clamp, a smaller step
     run = rl_config(apply_method(cfg, "maxk_offpolicy_clamp02", METHODS), "/m", "/o", "/t")
     assert (run.algo.estimator, run.algo.estimator_options) == ("maxk_offpolicy", (("clamp_delta", 0.2),))
