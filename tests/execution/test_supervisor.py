@@ -174,7 +174,10 @@ def test_hostile_corpus(executor: EmbeddedExecutor) -> None:
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     port = listener.getsockname()[1]
-    subs = [stdio(name, code.replace("{port}", str(port)), expected, limits=HOSTILE_LIMITS)
+    # the memory bombs get CPU to spare so that the memory limit is what stops them even on a loaded machine
+    # (filling the group's 480 MB once took > 1 s of CPU beside two training runs and a parallel test run)
+    subs = [stdio(name, code.replace("{port}", str(port)), expected,
+                  limits=dict(HOSTILE_LIMITS, cpu_s=5, wall_s=10) if name.startswith("alloc-") else HOSTILE_LIMITS)
             for name, code, expected, _ in HOSTILE]
     subs.append(stdio("large-legit-output", "print('\\n'.join(map(str, range(10 ** 6))))",
                       "\n".join(map(str, range(10 ** 6))), limits=dict(HOSTILE_LIMITS, output_mb=16, cpu_s=5, wall_s=10)))
