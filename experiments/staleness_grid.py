@@ -3,6 +3,7 @@ r"""Asynchronous rollouts: staleness s x correction, on the tiny pipeline (or th
     .venv/bin/python -m experiments.staleness_grid --seeds=0 --staleness=0,1,2,4           # main job's config
     .venv/bin/python -m experiments.staleness_grid --config=experiments/configs/tiny.py:testbed --seeds=0,1,2
     .venv/bin/python -m experiments.staleness_grid --aggregate_only --runs_dir=runs         # table + plot only
+                                                   # (of the evaluated runs of --seeds, each cell re-aggregated)
 
 One method comparison (experiments/compare_methods.py's `run_comparison`, resumable, same base and
 evaluation keys) per cell of `maxk_jax.pipelines.staleness_grid.grid_cells`: s = 0 synchronous
@@ -29,7 +30,8 @@ from experiments.configs import base as base_config
 from maxk_jax import cli, config_overrides, preflight
 from maxk_jax.cli import parse_seeds
 from maxk_jax.pipelines import from_config_dict, run_comparison, shortcut_overrides
-from maxk_jax.pipelines.staleness_grid import cell_config, collect_rows, grid_cells, grid_markdown, plot_grid
+from maxk_jax.pipelines.staleness_grid import (cell_config, cell_has_runs, collect_rows, grid_cells, grid_markdown,
+                                               plot_grid)
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
 FLAGS = flags.FLAGS
@@ -48,7 +50,9 @@ def define_flags() -> None:
                       "leave-one-out baseline: maxk_offpolicy_loo1 / maxk_offpolicy_exact_loo1, no GRPO cells).")
     flags.DEFINE_string("runs_dir", None, "Runs directory (default: config.runs_dir); the base-model cache is shared "
                         "with experiments.tiny_pipeline and compare_methods.")
-    flags.DEFINE_bool("aggregate_only", False, "Only build the table and plot from the cells already finished.")
+    flags.DEFINE_bool("aggregate_only", False, "Train nothing: re-aggregate each cell's evaluated (method, seed) runs "
+                      "of --seeds (also runs started one by one, e.g. with compare_methods --name=<cell>) and build "
+                      "the table and plot from them.")
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars.")
 
 
@@ -69,12 +73,13 @@ def main(argv: Sequence[str]) -> None:
         for cell in cells:
             cell_config(cfg, cell)   # every cell's config is valid before any work
         preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")
-        if not FLAGS.aggregate_only:
-            preflight.check_executor(cfg.executor)
-    if not FLAGS.aggregate_only:
-        for cell in cells:
-            run_comparison(cell_config(cfg, cell), cell.methods, seeds, name=cell.name,
-                           method_table=base_config.METHODS, reference="base", progress=FLAGS.progress)
+        preflight.check_executor(cfg.executor)
+    for cell in cells:
+        if FLAGS.aggregate_only and not cell_has_runs(cfg.runs_dir, cell, seeds):
+            continue
+        # --aggregate_only re-aggregates each cell's finished (method, seed) runs, however they were started
+        run_comparison(cell_config(cfg, cell), cell.methods, seeds, name=cell.name, method_table=base_config.METHODS,
+                       reference="base", progress=FLAGS.progress, finished_only=FLAGS.aggregate_only)
     rows = collect_rows(cfg.runs_dir, cells)
     text = grid_markdown(rows)
     stem = os.path.join(cfg.runs_dir, f"{FLAGS.prefix}_grid")

@@ -115,9 +115,17 @@ def add_equal_wall_time(rows: Sequence[dict[str, Any]]) -> None:
             r["sync_curveK_at_equal_time"] = float(np.interp(steps, ref["curve_steps"], ref["curve_maxK"]))
 
 
+def cell_has_runs(runs_dir: str, cell: Cell, seeds: Sequence[int]) -> bool:
+    """Whether the cell's comparison directory holds the base model's evaluation and at least one
+    evaluated (method, seed) run of `cell.methods` x `seeds`: what a re-aggregation needs."""
+    root = os.path.join(runs_dir, cell.name)
+    return os.path.isfile(os.path.join(root, "base", "summary.json")) and any(
+        os.path.isfile(os.path.join(root, m, f"seed{s}", "eval", "summary.json")) for m in cell.methods for s in seeds)
+
+
 def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
     """One row per (method, correction, s) of the finished cells (a cell without results.json is
-    skipped): max@1 / max@K / pass@1 / pass@K (mean and per seed), the base's, the runs' means of
+    skipped, and so is a method its results.json lacks: a partly finished cell): max@1 / max@K / pass@1 / pass@K (mean and per seed), the base's, the runs' means of
     `STALE_KEYS`, `TIME_KEYS` and ``time/rl_step_s`` (mean over seeds), the in-loop max@K curve
     (``curve_steps``, ``curve_maxK``) and the equal-wall-time reading (`add_equal_wall_time`)."""
     rows = []
@@ -130,7 +138,9 @@ def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
         large = str(res["large_k"])
         base = res["methods"]["base"]
         for method in cell.methods:
-            entry = res["methods"][method]
+            entry = res["methods"].get(method)
+            if entry is None:
+                continue
             seeds = sorted(entry["max_at_k"]["per_seed"])
             runs = [_run_means(os.path.join(runs_dir, cell.name, method, f"seed{s}", "rl")) for s in seeds]
             row = {"s": cell.s, "correction": "sync" if cell.s == 0 else cell.correction, "method": method,

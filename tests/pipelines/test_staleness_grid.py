@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from maxk_jax.pipelines import default_config
-from maxk_jax.pipelines.staleness_grid import LABELS, cell_config, collect_rows, grid_cells, grid_markdown, plot_grid
+from maxk_jax.pipelines.staleness_grid import (LABELS, cell_config, cell_has_runs, collect_rows, grid_cells, grid_markdown,
+                                               plot_grid)
 
 
 def test_cells_cover_every_correction_for_each_staleness():
@@ -74,3 +75,19 @@ def test_rows_table_and_plot_from_finished_cells(tmp_path):
     assert "| 1.50 | 0.00 | 0.960 | 0.850 (3) |" in text
     plot_grid(rows, str(tmp_path / "grid.png"), "t")
     assert (tmp_path / "grid.png").stat().st_size > 0
+
+
+def test_a_partly_finished_cell_gives_the_rows_of_its_finished_methods(tmp_path):
+    cells = grid_cells((0, 2))
+    behaviour = cells[2]
+    _fake_cell(tmp_path, behaviour._replace(methods=("maxk_offpolicy",)), {"maxk_offpolicy": 0.2})
+    rows = collect_rows(str(tmp_path), cells)        # the exact estimator's run is not in results.json yet
+    assert [(r["label"], r["s"]) for r in rows] == [("maxk_offpolicy first-order", 2)]
+    assert not cell_has_runs(str(tmp_path), behaviour, [0])      # no base evaluation
+    (tmp_path / behaviour.name / "base").mkdir()
+    (tmp_path / behaviour.name / "base" / "summary.json").write_text("{}")
+    assert not cell_has_runs(str(tmp_path), behaviour, [0])      # no evaluated run
+    ev = tmp_path / behaviour.name / "maxk_offpolicy_exact" / "seed1" / "eval"
+    ev.mkdir(parents=True)
+    (ev / "summary.json").write_text("{}")
+    assert cell_has_runs(str(tmp_path), behaviour, [0, 1]) and not cell_has_runs(str(tmp_path), behaviour, [0])
