@@ -127,7 +127,8 @@ def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
     """One row per (method, correction, s) of the finished cells (a cell without results.json is
     skipped, and so is a method its results.json lacks: a partly finished cell): max@1 / max@K /
     pass@1 / pass@K (mean and per seed), the base's, the runs' means of `STALE_KEYS`, `TIME_KEYS`
-    and ``time/rl_step_s`` (mean over seeds), the in-loop max@K curve (``curve_steps``, ``curve_maxK``) and the equal-wall-time reading (`add_equal_wall_time`)."""
+    and ``time/rl_step_s`` (mean over seeds), the in-loop max@K curve (``curve_steps``,
+    ``curve_maxK``) and the equal-wall-time reading (`add_equal_wall_time`)."""
     rows = []
     for cell in cells:
         path = os.path.join(runs_dir, cell.name, "results.json")
