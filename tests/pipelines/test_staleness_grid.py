@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from maxk_jax.pipelines import default_config
-from maxk_jax.pipelines.staleness_grid import (LABELS, cell_config, cell_has_runs, collect_rows, grid_cells, grid_markdown,
-                                               plot_grid)
+from maxk_jax.pipelines.staleness_grid import (LABELS, cell_config, cell_has_runs, collect_rows, grid_cells,
+                                               grid_markdown, plot_grid)
 
 
 def test_cells_cover_every_correction_for_each_staleness():
