@@ -28,3 +28,23 @@ def test_synthetic_split_is_cached_by_its_settings(tmp_path):
     assert again[0] == train_path and [p.to_dict() for p in again[1]] == [p.to_dict() for p in train]
     cfg = replace_fields(cfg, {"synthetic.seed": 1})
     assert prepare_data(cfg, str(tmp_path))[0] != train_path
+
+
+def test_the_stored_testbed_base_is_the_cache_entry_of_its_config():
+    """docs/testbed/base_scalar4_t11_xeon is the base of the testbed at 4 scalar operations (the
+    README's cache copy names base-<key>): its warm-up record's key and settings are the config's, and
+    the checkpoint loads with the parameter count it records."""
+    import json
+    import pathlib
+
+    from maxk_jax.models import convert, qwen2
+    from maxk_jax.pipelines import testbed_config
+
+    stored = pathlib.Path(__file__).resolve().parents[2] / "docs" / "testbed" / "base_scalar4_t11_xeon"
+    record = json.loads((stored / "warmup.json").read_text())
+    cfg = replace_fields(testbed_config(), {"synthetic.min_ops": 4, "synthetic.max_ops": 4})
+    assert record["key"] == base_key(cfg) == "9ce2c3992b2e"
+    assert record["config"]["synthetic"] == section_dict(cfg.synthetic)
+    model_config, params = convert.load_hf(str(stored))
+    assert qwen2.param_count(model_config) == record["param_count"]
+    assert "9ce2c3992b2e" in (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
