@@ -8,7 +8,9 @@ keeps its key as long as the settings' names and values are unchanged.
 * `prepare_base`: a byte-level BPE tokenizer + tiny Qwen2 (`maxk_jax.models.tiny`) and the
   supervised warm-up (`maxk_jax.rl.warmup`) on noisy generated solutions, saved as a HF-format
   checkpoint under ``<cache_root>/base-<base_key(cfg)>`` (the key covers every setting that
-  changes it) and reused by every later run with the same settings.
+  changes it) and reused by every later run with the same settings. The warm-up is bit-reproducible
+  on one CPU model, not across models (float rounding of XLA's CPU kernels), so its record names the
+  CPU it was built on (`cpu_model`).
 """
 from __future__ import annotations
 
@@ -27,6 +29,21 @@ from maxk_jax.pipelines.config_dict import section_dict
 from maxk_jax.pipelines.phases import write_json
 
 BASE_FORMAT_VERSION = 1  # bump when the warm-up recipe changes in a way the hash cannot see
+
+
+def cpu_model() -> str:
+    """The host CPU's model name (``/proc/cpuinfo``'s first "model name", else `platform.processor()`
+    or the machine type), e.g. "AMD EPYC" or "Intel(R) Xeon(R) Processor"."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def settings_hash(obj: Any) -> str:
@@ -112,7 +129,8 @@ def build_base(cfg: PipelineConfig, train: Sequence[Problem], out_dir: str, *, p
     convert.save_hf(model_config, result.params, out_dir)
     lengths = np.array([len(e.completion) for e in examples])
     record = {
-        "key": base_key(cfg), "param_count": qwen2.param_count(model_config), "vocab_size": model_config.vocab_size,
+        "key": base_key(cfg), "cpu": cpu_model(), "param_count": qwen2.param_count(model_config),
+        "vocab_size": model_config.vocab_size,
         "examples": len(examples), "completion_tokens_mean": float(lengths.mean()),
         "completion_tokens_max": int(lengths.max()), "build_s": build_s,
         "warmup_s": result.total_s, "warmup_first_step_s": result.first_step_s,

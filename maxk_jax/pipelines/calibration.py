@@ -65,8 +65,8 @@ def calibrate_base(cfg: PipelineConfig, k: int, *, progress: bool = True,
     """One calibration point: the synthetic split and the warmed-up base of `cfg` (both cached
     under ``<runs_dir>/_cache`` as the pipeline does), then ``eval.sampler.n`` samples on each of
     the first ``eval.num_problems`` test problems of the base only. Returns the `headroom` stats at
-    `k` plus ``"target_met"``, ``"base"`` (the cached checkpoint), ``"warmup_loss_last50"`` and
-    wall seconds of the base build/reuse and of the evaluation. Per-problem results go to
+    `k` plus ``"target_met"``, ``"base"`` (the cached checkpoint), ``"warmup_loss_last50"``,
+    ``"base_cpu"`` (the CPU it was built on; None for a base cached before that was recorded) and wall seconds of the base build/reuse and of the evaluation. Per-problem results go to
     `out_dir` (`maxk_jax.eval.report` files; default ``<base>/calibration_eval``, which the next
     point on the same base overwrites)."""
     from maxk_jax.models import convert
@@ -98,7 +98,7 @@ def calibrate_base(cfg: PipelineConfig, k: int, *, progress: bool = True,
             judge.close()
     stats = headroom(result, k)
     return {**stats, "target_met": meets_target(stats), "base": model_path, "base_cached": cached,
-            "warmup_loss_last50": record["loss_last50"], "base_s": round(base_s, 1),
+            "warmup_loss_last50": record["loss_last50"], "base_cpu": record.get("cpu"), "base_s": round(base_s, 1),
             "eval_s": round(time.perf_counter() - start, 1)}
 
 

@@ -28,6 +28,7 @@ def test_one_point_row_and_table(tmp_path):
     # what the point changed against the main job's config (the toy's own changes included)
     assert row["changed"]["synthetic.max_ops"] == 2 and row["changed"]["eval.sampler.n"] == 4
     assert 0.0 <= row["pass_at_k"] <= row["max_at_k"] <= 1.0 and 0.0 <= row["undecided_share"] <= 1.0
+    assert row["base_cpu"]   # the CPU the base was built on (the warm-up is reproducible per CPU model)
     assert os.path.isfile(os.path.join(str(tmp_path), "calibration", "toy", "summary.json"))
     printed = _run("--print_table", f"--table={table}", f"--config.runs_dir={tmp_path}")
     assert printed.returncode == 0 and "| toy | " in printed.stdout and "undecided at k=2" in printed.stdout

@@ -10,6 +10,7 @@ from maxk_jax.pipelines import default_config
 from maxk_jax.pipelines import toy_config as pipeline_toy_config
 from maxk_jax.eval import compare_runs
 from maxk_jax.pipelines import apply_overrides, prepare_base, prepare_data, report_markdown, run_pipeline
+from maxk_jax.pipelines.base_model import cpu_model
 from maxk_jax.fields import replace_fields
 from tests.pipelines.fixtures import (TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, eval_result,  # noqa: F401
                                      mbpp_route)
@@ -44,6 +45,7 @@ def test_toy_pipeline_writes_the_report(tmp_path):
     train_path, train, _ = prepare_data(cfg, str(tmp_path / "_cache"))
     path, record, cached = prepare_base(cfg, train, str(tmp_path / "_cache"))
     assert cached and path == str(cache[0]) and len(record["losses"]) == 4
+    assert record["cpu"] == cpu_model() and record["cpu"]   # the warm-up is reproducible per CPU model
     # an existing run directory is refused without overwrite
     with pytest.raises(ValueError, match="exists"):
         run_pipeline(cfg, progress=False)
