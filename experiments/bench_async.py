@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import statistics
 import time
@@ -32,6 +31,7 @@ from ml_collections import config_flags
 
 from maxk_jax import cli, config_overrides
 from maxk_jax.pipelines import from_config_dict
+from maxk_jax.pipelines.phases import cpu_model
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
 FLAGS = flags.FLAGS
@@ -154,7 +154,7 @@ def main(argv: Sequence[str]) -> None:
     split = (f", s > 0 with {FLAGS.rollout_devices} of {jax.device_count()} devices for the rollout"
              if FLAGS.rollout_devices else "")
     header = (f"RL step time, {cfg.name} config{split}, {FLAGS.steps} steps (first {FLAGS.skip} left out), "
-              f"median of {FLAGS.rounds} rounds; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
+              f"median of {FLAGS.rounds} rounds; {cpu_model()}, {os.cpu_count()} CPUs")
     text = markdown(rows, header)
     print("\n" + text)
     with open(os.path.join(FLAGS.results_dir, "bench_async.md"), "w", encoding="utf-8") as f:

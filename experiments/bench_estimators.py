@@ -50,6 +50,7 @@ from tqdm import tqdm  # noqa: E402
 
 from experiments import paper_listings  # noqa: E402
 from maxk_jax import cli, estimators  # noqa: E402
+from maxk_jax.pipelines.phases import cpu_model  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -279,7 +280,7 @@ def main(argv: Sequence[str]) -> None:
     out_dir = pathlib.Path(FLAGS.results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown_table(rows)
-    meta = dict(jax=jax.__version__, backend=jax.default_backend(), cpus=os.cpu_count(),
+    meta = dict(jax=jax.__version__, backend=jax.default_backend(), cpu=cpu_model(), cpus=os.cpu_count(),
                 platform=platform.platform(), load_avg_at_end=os.getloadavg(),
                 repeats=FLAGS.repeats, seed=FLAGS.seed, log_ratio_scale=FLAGS.log_ratio_scale,
                 reward_levels=FLAGS.reward_levels)

@@ -57,6 +57,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from maxk_jax import cli  # noqa: E402
 from maxk_jax.execution import EmbeddedExecutor, HttpExecutor, judge  # noqa: E402
 from maxk_jax.execution.sandbox import SandboxConfig  # noqa: E402
+from maxk_jax.pipelines.phases import cpu_model  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("slots", 0, "Worker slots for embedded/http (0 = os.cpu_count()); baseline uses as many threads.")
@@ -313,7 +314,7 @@ def main(argv: list) -> None:
     concurrency = FLAGS.concurrency or 2 * slots
     counts = {"trivial": max(1, int(FLAGS.trivial_submissions * FLAGS.scale)),
               "contest10": max(1, int(FLAGS.contest_submissions * FLAGS.scale))}
-    meta: dict[str, Any] = {"cpu_count": os.cpu_count(), "slots": slots, "concurrency": concurrency,
+    meta: dict[str, Any] = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "slots": slots, "concurrency": concurrency,
                             "loadavg_start": os.getloadavg(), "python": platform.python_version(),
                             "baseline_python": FLAGS.python, "limits": LIMITS, "counts": counts, "rounds": FLAGS.rounds}
     meta["embedded_startup_s"] = startup_time(slots)

@@ -49,6 +49,7 @@ from tqdm import tqdm  # noqa: E402
 from maxk_jax import cli, sampling  # noqa: E402
 from maxk_jax.sampling import _sampler  # noqa: E402
 from maxk_jax.models import convert, qwen2  # noqa: E402
+from maxk_jax.pipelines.phases import cpu_model  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("vocab_size", 4096, "Vocabulary size V of the random model.")
@@ -247,7 +248,7 @@ def main(argv: Sequence[str]) -> None:
         prompt_lengths=[len(p) for p in prompts], param_count=qwen2.param_count(config),
         jax=jax.__version__, torch=torch.__version__, transformers=transformers.__version__,
         torch_default_threads=torch.get_num_threads(), devices=str(jax.devices()),
-        machine=platform.platform(), cpu_count=__import__("os").cpu_count())
+        machine=platform.platform(), cpu=cpu_model(), cpu_count=__import__("os").cpu_count())
     table = markdown_table(rows, base)
     print(table)
     print(f"\nbaseline: {base['name']}")

@@ -43,6 +43,7 @@ import optax
 from absl import app, flags
 
 from maxk_jax import cli
+from maxk_jax.pipelines.phases import cpu_model
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("hidden", 256, "Hidden size of the random Qwen2.")
@@ -260,7 +261,7 @@ def main(argv: list[str]) -> None:
         "ratio_jax_over_torch": ours / ref,
         "round_ratios": [tt / tj for tj, tt in zip(times["jax"], times["torch"])],
         "loss_step0_abs_diff": abs(jax_res["loss_step0"] - torch_res["loss_step0"]),
-        "cpu_count": os.cpu_count(), "load_avg": os.getloadavg(),
+        "cpu": cpu_model(), "cpu_count": os.cpu_count(), "load_avg": os.getloadavg(),
     }
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ keeps its key as long as the settings' names and values are unchanged.
   checkpoint under ``<cache_root>/base-<base_key(cfg)>`` (the key covers every setting that
   changes it) and reused by every later run with the same settings. The warm-up is bit-reproducible
   on one CPU model, not across models (float rounding of XLA's CPU kernels), so its record names the
-  CPU it was built on (`cpu_model`).
+  CPU it was built on (`phases.cpu_model`).
 """
 from __future__ import annotations
 
@@ -26,24 +26,9 @@ import numpy as np
 from maxk_jax.data.problem import Problem
 from maxk_jax.pipelines.config import PipelineConfig
 from maxk_jax.pipelines.config_dict import section_dict
-from maxk_jax.pipelines.phases import write_json
+from maxk_jax.pipelines.phases import cpu_model, write_json
 
 BASE_FORMAT_VERSION = 1  # bump when the warm-up recipe changes in a way the hash cannot see
-
-
-def cpu_model() -> str:
-    """The host CPU's model name (``/proc/cpuinfo``'s first "model name", else `platform.processor()`
-    or the machine type), e.g. "AMD EPYC" or "Intel(R) Xeon(R) Processor"."""
-    import platform
-
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def settings_hash(obj: Any) -> str:

@@ -1,5 +1,6 @@
 """Running a pipeline's phases: wall / CPU seconds per phase (`PhaseTimer`), process 0 first on
-multi-host runs (`lead_first`), and the JSON records the phases write (`write_json`)."""
+multi-host runs (`lead_first`), the JSON records the phases write (`write_json`), and the host CPU
+they ran on (`cpu_model`: the warm-up base and timings are reproducible per CPU model only)."""
 from __future__ import annotations
 
 import json
@@ -52,6 +53,21 @@ def lead_first(fn: Callable[[], T], name: str) -> T:
     out = fn() if jax.process_index() == 0 else None
     multihost_utils.sync_global_devices(name)
     return out if jax.process_index() == 0 else fn()
+
+
+def cpu_model() -> str:
+    """The host CPU's model name (``/proc/cpuinfo``'s first "model name", else `platform.processor()`
+    or the machine type), e.g. "AMD EPYC" or "Intel(R) Xeon(R) Processor"."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def _json_default(obj: Any) -> Any:
