@@ -66,7 +66,8 @@ def calibrate_base(cfg: PipelineConfig, k: int, *, progress: bool = True,
     under ``<runs_dir>/_cache`` as the pipeline does), then ``eval.sampler.n`` samples on each of
     the first ``eval.num_problems`` test problems of the base only. Returns the `headroom` stats at
     `k` plus ``"target_met"``, ``"base"`` (the cached checkpoint), ``"warmup_loss_last50"``,
-    ``"base_cpu"`` (the CPU it was built on; None for a base cached before that was recorded) and wall seconds of the base build/reuse and of the evaluation. Per-problem results go to
+    ``"base_cpu"`` (the CPU it was built on; None for a base cached before that was recorded) and
+    wall seconds of the base build/reuse and of the evaluation. Per-problem results go to
     `out_dir` (`maxk_jax.eval.report` files; default ``<base>/calibration_eval``, which the next
     point on the same base overwrites)."""
     from maxk_jax.models import convert
