@@ -117,7 +117,8 @@ def _dense_bwd(out_dtype: Any, res: tuple[jax.Array, jax.Array], g: jax.Array
 
 
 dense.defvjp(_dense_fwd, _dense_bwd)
-_ACT_BTE = ("activation_batch", "activation_length", "activation_embed")
+#: Logical axes of the hidden state [B, T, E].
+ACT_BTE = ("activation_batch", "activation_length", "activation_embed")
 
 
 class RMSNorm(nn.Module):
@@ -236,7 +237,7 @@ class DecoderLayer(nn.Module):
             RMSNorm(cfg, name="input_norm")(h), rope, mask, layer_cache)
         h = h + attn_out
         h = h + MLP(cfg, name="mlp")(RMSNorm(cfg, name="post_attn_norm")(h))
-        return nn.with_logical_constraint(h, _ACT_BTE), new_cache
+        return nn.with_logical_constraint(h, ACT_BTE), new_cache
 
 
 class Embed(nn.Module):
@@ -285,7 +286,7 @@ class Qwen2(nn.Module):
         element is the final-normed hidden state [B,T,E] in the compute dtype instead of logits."""
         cfg = self.config
         embed = Embed(cfg, name="embed")
-        h = nn.with_logical_constraint(embed(tokens), _ACT_BTE)
+        h = nn.with_logical_constraint(embed(tokens), ACT_BTE)
         rope = rope_tables(positions, cfg.head_dim_, cfg.rope_theta)
         layer_cls = DecoderLayer
         if cfg.remat:
@@ -299,15 +300,33 @@ class Qwen2(nn.Module):
             h = h[:, -1:]
         h = RMSNorm(cfg, name="final_norm")(h)
         if not self.head:
-            return nn.with_logical_constraint(h, _ACT_BTE), new_cache
+            return nn.with_logical_constraint(h, ACT_BTE), new_cache
         if cfg.tie_word_embeddings:
-            logits = jnp.einsum("bte,ve->btv", h, embed.embedding.astype(h.dtype),
-                                preferred_element_type=jnp.float32)
+            logits = tied_logits(h, embed.embedding)
         else:
             logits = LMHead(cfg, name="lm_head")(h)
-        logits = nn.with_logical_constraint(logits, ("activation_batch", "activation_length",
-                                                     "activation_vocab"))
-        return logits, new_cache
+        return nn.with_logical_constraint(logits, ACT_BTV), new_cache
+
+
+#: Logical axes of the logits [B, T, V].
+ACT_BTV = ("activation_batch", "activation_length", "activation_vocab")
+
+
+def tied_logits(h: jax.Array, embedding: jax.Array) -> jax.Array:
+    """Logits of the tied LM head: h [B,T,E] (compute dtype) x embedding [V,E] -> float32 [B,T,V]."""
+    return jnp.einsum("bte,ve->btv", h, embedding.astype(h.dtype), preferred_element_type=jnp.float32)
+
+
+def output_logits(config: Qwen2Config, params: Params, h: jax.Array) -> jax.Array:
+    """The model's head as a function of its weights: final RMSNorm, then the tied embedding or
+    ``lm_head`` -> float32 logits [B,T,V] for the last layer's hidden state h [B,T,E] (the same
+    operations as :class:`Qwen2`'s last lines)."""
+    h = RMSNorm(config).apply({"params": params["final_norm"]}, h)
+    if config.tie_word_embeddings:
+        logits = tied_logits(h, params["embed"]["embedding"])
+    else:
+        logits = LMHead(config).apply({"params": params["lm_head"]}, h)
+    return nn.with_logical_constraint(logits, ACT_BTV)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -451,26 +470,8 @@ def prefill(config: Qwen2Config, params: Params, tokens: jax.Array, attention_ma
 def decode_step(config: Qwen2Config, params: Params, tokens: jax.Array, positions: jax.Array,
                 cache: KVCache) -> tuple[jax.Array, KVCache]:
     """One token per sample row: tokens [P*n], positions [P*n] -> (float32 logits [P*n,V], the
-    cache with these tokens' K/V in generated slot ``length`` and length + 1)."""
-    if tokens.ndim != 1 or positions.shape != tokens.shape:
-        raise ValueError(f"decode_step needs tokens [B] and positions [B], got {tokens.shape} "
-                         f"and {positions.shape}")
-    if cache.k.ndim != 5 or cache.prompt_k.ndim != 5:
-        raise ValueError(f"cache k / prompt_k must be [L,B,K,S,D], got shapes {cache.k.shape}, "
-                         f"{cache.prompt_k.shape}")
-    if cache.k.shape[1] != tokens.shape[0]:
-        raise ValueError(f"cache sample batch {cache.k.shape[1]} != tokens batch {tokens.shape[0]}")
-    # The token attends to the valid prompt slots, the generated slots before ``length`` and its
-    # own key/value; the layers only READ the cache, so the scan never copies it. The new K/V of
-    # all layers are written into slot ``length`` afterwards (in place when the cache is donated).
-    valid = jnp.arange(cache.max_len) < cache.length
-    out, (k_new, v_new) = Qwen2(config, mode="decode").apply(
-        {"params": params}, tokens[:, None], positions[:, None].astype(jnp.int32),
-        (cache.prompt_valid, valid), (cache.prompt_k, cache.prompt_v, cache.k, cache.v))
-    # The barrier makes the write wait for the logits, i.e. for every layer's read of the old
-    # cache; otherwise XLA may schedule the write first and copy the whole cache every step.
-    out, k_new, v_new = jax.lax.optimization_barrier((out, k_new, v_new))
-    # [L, B, K, D] into slot ``length`` (dropped when length >= S).
-    k = cache.k.at[:, :, :, cache.length].set(k_new.astype(cache.k.dtype), mode="drop")
-    v = cache.v.at[:, :, :, cache.length].set(v_new.astype(cache.v.dtype), mode="drop")
-    return out[:, 0], cache.replace(k=k, v=v, length=cache.length + 1)
+    cache with these tokens' K/V in generated slot ``length`` and length + 1). The layers run
+    unrolled over per-layer weights (:mod:`maxk_jax.models.decode`; ``params`` stacked as
+    :func:`init_params` makes them, or split by ``decode.unstack_layers``)."""
+    from maxk_jax.models import decode   # it builds on this module's layers
+    return decode.decode_step(config, params, tokens, positions, cache)

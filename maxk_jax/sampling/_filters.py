@@ -67,6 +67,29 @@ def top_p_mask(logits: jax.Array, top_p: float) -> jax.Array:
     return logits >= cutoff
 
 
+def filtered_logits(logits: jax.Array, temperature: float, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
+    """float32 [..., V]: raw logits [..., V] divided by ``temperature`` (> 0), with ``-inf`` outside the
+    top-k / top-p kept set (the module docstring's rules). The sampling distribution is their
+    softmax (:func:`sampling_logprobs`)."""
+    validate_filters(temperature, top_k, top_p)
+    if temperature == 0:
+        raise ValueError("filtered_logits needs temperature > 0 (temperature 0 is greedy: greedy_logprobs)")
+    scaled = logits.astype(jnp.float32) / jnp.float32(temperature)
+    if top_k > 0:
+        scaled = jnp.where(top_k_mask(scaled, top_k), scaled, -jnp.inf)
+    if top_p < 1.0:
+        scaled = jnp.where(top_p_mask(scaled, top_p), scaled, -jnp.inf)
+    return scaled
+
+
+def log_softmax_parts(scaled: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(row max [..., 1], log-sum-exp of the shifted row [..., 1]) of float32 ``scaled`` [..., V], so
+    that ``(scaled - max) - lse`` is ``jax.nn.log_softmax(scaled)`` operation for operation. Split
+    out so the sampler can take the log-prob of one drawn entry without the [..., V] array."""
+    top = jax.lax.stop_gradient(jnp.max(scaled, axis=-1, keepdims=True))
+    return top, jnp.log(jnp.sum(jnp.exp(scaled - top), axis=-1, keepdims=True))
+
+
 def sampling_logprobs(logits: jax.Array, temperature: float, top_k: int = 0,
                       top_p: float = 1.0) -> jax.Array:
     """Log-probs [..., V] float32 of the sampling distribution for raw logits [..., V].
@@ -75,12 +98,8 @@ def sampling_logprobs(logits: jax.Array, temperature: float, top_k: int = 0,
     module docstring for the exact rules. Entries outside the kept set are ``-inf``.
     """
     validate_filters(temperature, top_k, top_p)
-    logits = logits.astype(jnp.float32)
     if temperature == 0:
-        return greedy_logprobs(logits)
-    scaled = logits / jnp.float32(temperature)
-    if top_k > 0:
-        scaled = jnp.where(top_k_mask(scaled, top_k), scaled, -jnp.inf)
-    if top_p < 1.0:
-        scaled = jnp.where(top_p_mask(scaled, top_p), scaled, -jnp.inf)
-    return jax.nn.log_softmax(scaled, axis=-1)
+        return greedy_logprobs(logits.astype(jnp.float32))
+    scaled = filtered_logits(logits, temperature, top_k, top_p)
+    top, lse = log_softmax_parts(scaled)
+    return (scaled - top) - lse

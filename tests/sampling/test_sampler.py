@@ -2,10 +2,12 @@
 distribution and KV cache (against the cache-free full forward), per-sample keys, stop tokens /
 lengths / padding / early stop, bucketing, 8-device sharding and error paths. Compilations are
 shared between tests (module fixtures, same shapes)."""
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl.testing import parameterized
 import torch
 from scipy import stats
 
@@ -439,3 +441,29 @@ def test_gumbel_max_draws_the_same_tokens_as_categorical():
     assert not np.any(np.asarray(ours) % 3 == 0)
     ties = jnp.asarray([[1.0, 3.0, 3.0, 0.0], [-jnp.inf, 2.0, -jnp.inf, 2.0], [5.0, 5.0, 5.0, 5.0]])
     assert sampling.first_argmax(ties).tolist() == jnp.argmax(ties, axis=-1).tolist() == [1, 1, 0]
+
+
+class DrawTest(parameterized.TestCase):
+    """draw() never stores the [B, V] log-probs, yet gives exactly the tokens and log-probs of
+    Gumbel-max over sampling_logprobs' output (what it computed before), with and without jit."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.parameters((1.0, 0, 1.0), (0.7, 20, 0.8), (1.3, 0, 0.9), (0.0, 0, 1.0))
+    def test_draw_equals_a_draw_from_the_sampling_logprobs(self, temperature, top_k, top_p):
+        rng = np.random.default_rng(3)
+        logits = jnp.asarray(rng.normal(size=(12, 300)) * 4, jnp.float32)
+        keys = jax.random.split(jax.random.key(5), 12)
+        settings = sampling.SamplerSettings(n=1, max_new_tokens=4, temperature=temperature, top_k=top_k,
+                                            top_p=top_p)
+        tokens, logp = self.variant(sampling.draw, static_argnums=3)(keys, jnp.int32(2), logits, settings)
+        chex.assert_shape((tokens, logp), (12,))
+        chex.assert_type((tokens, logp), (jnp.int32, jnp.float32))
+        chex.assert_tree_all_finite(logp)
+        full = sampling_logprobs(logits, temperature, top_k, top_p)
+        if temperature == 0:
+            want = jnp.argmax(full, axis=-1)
+        else:
+            step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, 2)
+            want = jax.vmap(sampling.gumbel_max)(step_keys, full)
+        np.testing.assert_array_equal(np.asarray(tokens), np.asarray(want))
+        np.testing.assert_array_equal(np.asarray(logp), np.asarray(full[jnp.arange(12), want]))

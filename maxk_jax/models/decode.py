@@ -1,0 +1,87 @@
+"""The one-token decode step over per-layer weights: the layers unrolled, each reading its own arrays.
+
+Training and prefill run the L decoder layers as one ``nn.scan`` over weights stacked ``[L, ...]``.
+Inside the sampler's decode ``while_loop`` that structure costs a copy per layer and step on GPU:
+XLA:GPU materialises every ``dynamic-slice`` of a stacked weight (and of the stacked KV cache) that
+the scan's body reads, about 1.1x the model's weight bytes per generated token on the 1.5B preset
+(``experiments/plan_sample.py --target=h100`` prints it). Here the layers are a Python loop over
+**per-layer weight trees** (:func:`unstack_layers`, made once per :func:`maxk_jax.sampling.generate`
+call, before the decode loop), so each layer's matmuls read their weights in place, and the cache's
+layer blocks are static slices that XLA fuses into the attention reading them. Every layer runs the
+same :class:`maxk_jax.models.qwen2.DecoderLayer` as the scanned model, so the logits equal
+``qwen2``'s for the same weights.
+
+    layered = unstack_layers(params)                      # params["layers"]: a tuple of L trees
+    logits, cache = decode_step(config, layered, tokens, positions, cache)   # or stacked params
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from maxk_jax.models import qwen2
+from maxk_jax.models.kv_cache import KVCache
+
+Params = Any
+
+
+def is_unstacked(params: Params) -> bool:
+    """True when ``params["layers"]`` is a tuple of per-layer trees (:func:`unstack_layers`)."""
+    return isinstance(params["layers"], (tuple, list))
+
+
+def unstack_layers(params: Params) -> Params:
+    """The same weights with ``params["layers"]`` (leaves ``[L, ...]``) split into a tuple of L
+    per-layer trees (leaves ``[...]``); other entries unchanged. Inside ``jit`` this is L static
+    slices of every stacked leaf (one copy of the layer weights); already split params are
+    returned as they are."""
+    if is_unstacked(params):
+        return params
+    layers = params["layers"]
+    num = jax.tree.leaves(layers)[0].shape[0]
+    return {**params, "layers": tuple(jax.tree.map(lambda x, i=i: x[i], layers) for i in range(num))}
+
+
+def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, positions: jax.Array,
+                cache: KVCache) -> tuple[jax.Array, KVCache]:
+    """One token per sample row with the layers unrolled: tokens [B], positions [B] int32, params
+    stacked or per-layer (:func:`unstack_layers`), cache with B sample rows -> (float32 logits
+    [B, V], the cache with these tokens' K/V in generated slot ``length`` and length + 1).
+
+    Same contract and the same values as :func:`maxk_jax.models.qwen2.decode_step`: the token
+    attends to the valid prompt slots, the generated slots before ``length`` and itself; the new
+    K/V of all layers are written into slot ``length`` after the last layer has read the cache
+    (dropped when ``length >= S``)."""
+    if tokens.ndim != 1 or positions.shape != tokens.shape:
+        raise ValueError(f"decode_step needs tokens [B] and positions [B], got {tokens.shape} "
+                         f"and {positions.shape}")
+    if cache.k.ndim != 5 or cache.prompt_k.ndim != 5:
+        raise ValueError(f"cache k / prompt_k must be [L,B,K,S,D], got shapes {cache.k.shape}, "
+                         f"{cache.prompt_k.shape}")
+    if cache.k.shape[1] != tokens.shape[0]:
+        raise ValueError(f"cache sample batch {cache.k.shape[1]} != tokens batch {tokens.shape[0]}")
+    params = unstack_layers(params)
+    if len(params["layers"]) != cache.k.shape[0]:
+        raise ValueError(f"params have {len(params['layers'])} layers, the cache {cache.k.shape[0]}")
+    h = nn.with_logical_constraint(qwen2.Embed(config).apply({"params": params["embed"]}, tokens[:, None]),
+                                   qwen2.ACT_BTE)
+    rope = qwen2.rope_tables(positions[:, None].astype(jnp.int32), config.head_dim_, config.rope_theta)
+    mask = (cache.prompt_valid, jnp.arange(cache.max_len) < cache.length)
+    layer = qwen2.DecoderLayer(config, "decode")
+    new_k, new_v = [], []
+    for i, layer_params in enumerate(params["layers"]):
+        h, (k_i, v_i) = layer.apply({"params": layer_params}, h, (cache.prompt_k[i], cache.prompt_v[i],
+                                                                  cache.k[i], cache.v[i]), rope, mask)
+        new_k.append(k_i)
+        new_v.append(v_i)
+    logits = qwen2.output_logits(config, params, h)[:, 0]
+    # The barrier makes the write wait for the logits, i.e. for every layer's read of the old
+    # cache; otherwise XLA may schedule the write first and copy the whole cache every step.
+    logits, k_new, v_new = jax.lax.optimization_barrier((logits, jnp.stack(new_k), jnp.stack(new_v)))
+    # [L, B, K, D] into slot ``length`` (dropped when length >= S).
+    k = cache.k.at[:, :, :, cache.length].set(k_new.astype(cache.k.dtype), mode="drop")
+    v = cache.v.at[:, :, :, cache.length].set(v_new.astype(cache.v.dtype), mode="drop")
+    return logits, cache.replace(k=k, v=v, length=cache.length + 1)
