@@ -104,7 +104,9 @@ def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     block is contracted against the n rows' queries by one einsum that broadcasts over n (no
     n-fold copy), and the three score blocks share one softmax (common max and denominator),
     so the result equals attention over the concatenated keys. The token always sees itself,
-    so no row is empty. Scores and softmax in float32.
+    so no row is empty. Scores and softmax in float32; K and V are read in their own dtype by
+    matmuls accumulating in float32 (with bfloat16 K/V the probabilities enter the V products
+    rounded to bfloat16, as in flash attention), so no float32 copy of the cache is made.
     """
     b, h, d = q.shape
     p, kv, _, _ = prompt_k.shape
@@ -114,16 +116,16 @@ def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     qg = q.reshape(b, kv, g, d)
     scale = d ** -0.5
     neg = jnp.finfo(jnp.float32).min
+    f32 = jnp.float32
     # Prompt block, scores [P, K, n, G, Tp]: one matmul per (prompt, kv head) over its n*G queries.
     s_prompt = jnp.einsum("pnkgd,pksd->pkngs", qg.reshape(p, n, kv, g, d), prompt_k,
-                          preferred_element_type=jnp.float32) * scale
+                          preferred_element_type=f32) * scale
     s_prompt = jnp.where(prompt_valid[:, None, None, None, :], s_prompt, neg)
-    # Own block, scores [B, K, G, S].
-    s_cache = jnp.sum(qg.astype(jnp.float32)[:, :, :, None, :]
-                      * cache_k.astype(jnp.float32)[:, :, None, :, :], axis=-1) * scale
+    # Own block, scores [B, K, G, S]: a matmul per (row, kv head) reading the cache in its dtype.
+    s_cache = jnp.einsum("bkgd,bksd->bkgs", qg, cache_k, preferred_element_type=f32) * scale
     s_cache = jnp.where(jnp.broadcast_to(valid, (b, cache_k.shape[2]))[:, None, None, :],
                         s_cache, neg)
-    s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=jnp.float32) * scale
+    s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=f32) * scale
     m_prompt = jnp.max(s_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g)
     m = jnp.maximum(jnp.maximum(m_prompt, jnp.max(s_cache, axis=-1)), s_self)  # [B, K, G]
     m_pkng = m.reshape(p, n, kv, g).transpose(0, 2, 1, 3)
@@ -132,8 +134,12 @@ def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     p_self = jnp.exp(s_self - m)
     denom = (jnp.sum(p_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g)
              + jnp.sum(p_cache, axis=-1) + p_self)
-    out_prompt = jnp.einsum("pkngs,pksd->pkngd", p_prompt, prompt_v.astype(jnp.float32))
+    # The weighted sums read V in its own dtype (the probabilities cast to it, as flash attention
+    # does), accumulated in float32: no float32 copy of the cache.
+    out_prompt = jnp.einsum("pkngs,pksd->pkngd", p_prompt.astype(prompt_v.dtype), prompt_v,
+                            preferred_element_type=f32)
     out = out_prompt.transpose(0, 2, 1, 3, 4).reshape(b, kv, g, d)
-    out = out + jnp.sum(p_cache[..., None] * cache_v.astype(jnp.float32)[:, :, None, :, :], axis=-2)
-    out = (out + p_self[..., None] * v_new[:, :, None, :].astype(jnp.float32)) / denom[..., None]
+    out = out + jnp.einsum("bkgs,bksd->bkgd", p_cache.astype(cache_v.dtype), cache_v,
+                           preferred_element_type=f32)
+    out = (out + p_self[..., None] * v_new[:, :, None, :].astype(f32)) / denom[..., None]
     return out.astype(q.dtype).reshape(b, h, d)
