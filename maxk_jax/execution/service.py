@@ -9,6 +9,11 @@ same content) is answered from a bounded cache — or joins the identical judgem
 so a client retrying after a timeout gets the same result instead of a second execution. The cache
 is keyed by a SHA-256 of the submission and bounded by entry count and by bytes of stored results.
 A body over ``max_request_bytes`` -> 413 naming the limit; a body nested too deeply -> 400.
+
+With a ``token`` every request but ``GET /healthz`` (liveness and queue depth, nothing about
+submissions) needs ``Authorization: Bearer <token>``; without it or with a wrong one -> 401
+``{"error", "field": "authorization"}`` before the body is read. A client that disconnects while its
+request is judged stops the request's remaining tests (logged once).
 """
 import collections
 import concurrent.futures
@@ -24,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
 from maxk_jax.execution import schema
+from maxk_jax.execution.auth import UNAUTHORIZED_BODY, BearerCheck
 from maxk_jax.execution.executor import JudgeResult
 from maxk_jax.execution.supervisor import Supervisor
 
@@ -155,10 +161,31 @@ def _error(status: int, message: str, field: str, retry_after: float | None = No
     return JSONResponse({"error": message, "field": field}, status_code=status, headers=headers)
 
 
+class BearerAuth:
+    """ASGI middleware: 401 for every HTTP request but ``GET /healthz`` without the right bearer token."""
+
+    OPEN = (("GET", "/healthz"), ("HEAD", "/healthz"))
+
+    def __init__(self, app, check: BearerCheck):
+        self.app, self.check = app, check
+        self.refused = 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or (scope.get("method"), scope.get("path")) in self.OPEN:
+            return await self.app(scope, receive, send)
+        header = next((value for name, value in scope.get("headers", ()) if name == b"authorization"), None)
+        if self.check.allows(header):
+            return await self.app(scope, receive, send)
+        self.refused += 1
+        response = JSONResponse(UNAUTHORIZED_BODY, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
+
+
 def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight: int = 64,
                cache_size: int = 4096, cache_bytes: int = 64 << 20, max_request_bytes: int = 256 << 20,
-               default_output_mb: int = 32) -> FastAPI:
-    """The FastAPI application around ``supervisor`` (which the caller owns and closes)."""
+               default_output_mb: int = 32, token: str | None = None) -> FastAPI:
+    """The FastAPI application around ``supervisor`` (which the caller owns and closes); ``token``:
+    the bearer token every request but ``GET /healthz`` must carry (None: no authentication)."""
     for name, value, low in (("max_pending", max_pending, 1), ("max_inflight", max_inflight, 1),
                              ("max_request_bytes", max_request_bytes, 1)):
         if not isinstance(value, int) or value < low:
@@ -169,6 +196,8 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
     limiter = anyio.CapacityLimiter(max_inflight)
     state = {"inflight": 0}
     app.state.cache, app.state.supervisor = cache, supervisor
+    if token is not None:
+        app.add_middleware(BearerAuth, check=BearerCheck(token))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -26,7 +26,7 @@ import time
 import weakref
 from collections.abc import Sequence
 
-from maxk_jax.execution import behaviour, cgroups, judge
+from maxk_jax.execution import behaviour, cgroups, judge, seccomp
 from maxk_jax.execution.sandbox import (UNAVAILABLE_HINT, Reaper, Sandbox, SandboxConfig, SandboxFailure,
                                         SandboxUnavailableError, UidBlock, become_subreaper, bwrap_usable,
                                         clean_stale_dirs, processes_of, stage_sources)
@@ -328,10 +328,14 @@ class Supervisor:
         starts = sum(s.starts for s in self._sandboxes)
         health = {"slots": self.num_slots, "alive": alive, "restarts": max(0, starts - self.num_slots),
                   "pending": self.pending(), "sandboxed": self.sandboxed, "reaped_orphans": self.reaper.reaped,
-                  "memory_limit_by": self.memory_limit_by}
+                  "memory_limit_by": self.memory_limit_by, "seccomp": self.seccomp_active()}
         if self._cgroups is None:
             health["cgroups_unavailable"] = self.cgroup_reason
         return health
+
+    def seccomp_active(self) -> bool:
+        """True when the slots' programs run under the system-call filter (:mod:`seccomp`)."""
+        return bool(self.sandboxed and self.config.seccomp and seccomp.filter_program()[0] is not None)
 
     def _popen_pids(self) -> list:
         checker = getattr(self, "_checker", None)
