@@ -102,6 +102,14 @@ def security_settings(host: str, token_file: str | None, insecure_no_auth: bool,
                       tls_key: str | None) -> tuple:
     """``(token or None, uvicorn TLS kwargs, auth description)`` from the flags; SystemExit with one
     line for a refused combination (non-loopback host without a token, half a TLS pair, bad files)."""
+    if bool(tls_cert) != bool(tls_key):
+        raise SystemExit("serve: --tls_cert and --tls_key go together (give both or neither)")
+    tls = {}
+    for name, path in (("--tls_cert", tls_cert), ("--tls_key", tls_key)):
+        if path and not os.path.isfile(path):
+            raise SystemExit(f"serve: {name}={path} is not a file")
+    if tls_cert:
+        tls = {"ssl_certfile": tls_cert, "ssl_keyfile": tls_key}
     token = None
     if token_file:
         try:
@@ -114,14 +122,6 @@ def security_settings(host: str, token_file: str | None, insecure_no_auth: bool,
                              "authentication: give --token_file=PATH (or --insecure_no_auth to expose it anyway)")
         logging.warning("serve: listening on %s WITHOUT authentication (--insecure_no_auth): anyone who reaches "
                         "the port can run code in the sandboxes", host)
-    if bool(tls_cert) != bool(tls_key):
-        raise SystemExit("serve: --tls_cert and --tls_key go together (give both or neither)")
-    tls = {}
-    for name, path in (("--tls_cert", tls_cert), ("--tls_key", tls_key)):
-        if path and not os.path.isfile(path):
-            raise SystemExit(f"serve: {name}={path} is not a file")
-    if tls_cert:
-        tls = {"ssl_certfile": tls_cert, "ssl_keyfile": tls_key}
     auth = "bearer token" if token else "NO AUTHENTICATION" if not is_loopback(host) else "no authentication"
     return token, tls, auth
 
