@@ -12,9 +12,10 @@ Each result also carries ``behaviour``: the fingerprint of the program's outputs
 (`maxk_jax.execution.behaviour`, for majority voting; None when undetermined).
 
 Memory is limited by a cgroup per slot where the host allows it (:mod:`cgroups`: memory incl.
-shmem/memfd and every child process, pids, one CPU per slot) -- the limit is ``memory_mb`` plus
-the test's two output captures plus ``CGROUP_SLACK_MB`` for the harness's own pages, and an OOM
-kill in the group is MLE -- else by RLIMIT_AS per process. ``memory_limit_by`` in every result
+shmem/memfd and every child process, pids, one CPU per slot) -- the kernel's limit is ``memory_mb``
+plus the test's two output captures, the scratch tmpfs and ``CGROUP_SLACK_MB``; an OOM kill in the
+group is MLE, and so is a group peak above ``memory_mb`` once the captures are taken off (the
+program's total over all its processes and memory files) -- else by RLIMIT_AS per process. ``memory_limit_by`` in every result
 and in ``health()`` says which.
 """
 import dataclasses
@@ -201,6 +202,10 @@ class Supervisor:
             answer = sandbox.run(header, blobs, limits["wall_s"] + self.config.grace_s)
             if group is not None:
                 answer[0].update(group.end())
+                # the program's total: the group's peak less the output captures (accounted apart)
+                captures = sum(min(int(answer[0].get(f"{name}_size") or 0), (limits["output_mb"] << 20) + 1)
+                               for name in ("stdout", "stderr"))
+                answer[0]["program_bytes"] = max(0, answer[0]["peak_bytes"] - captures)
         except SandboxFailure:
             self._restart(sandbox)
             raise
@@ -237,7 +242,7 @@ class Supervisor:
         except SandboxFailure as err:
             return _not_run("SE", str(err))
         record = _parse_record(out.get("record"))
-        peak_kb = max(run["maxrss_kb"], run.get("peak_bytes", 0) >> 10)
+        peak_kb = max(run["maxrss_kb"], run.get("program_bytes", 0) >> 10)
         result = {"verdict": None, "cpu_s": run["cpu_s"], "wall_s": run["wall_s"],
                   "memory_mb": round(peak_kb / 1024, 1), "exit_code": run["exit_code"],
                   "signal": run["signal"], "message": ""}
