@@ -31,7 +31,7 @@ from starlette.requests import ClientDisconnect
 from maxk_jax.execution import schema
 from maxk_jax.execution.auth import UNAUTHORIZED_BODY, BearerCheck
 from maxk_jax.execution.executor import JudgeResult
-from maxk_jax.execution.supervisor import Supervisor
+from maxk_jax.execution.supervisor import ABANDONED, Supervisor
 
 _TEST_RESULT = {
     "type": "object",
@@ -120,8 +120,9 @@ class ResultCache:
         while len(self._done) > self.size or self.bytes > self.max_bytes:
             self.bytes -= self._done.popitem(last=False)[1][1]
 
-    def judge(self, subs: list[schema.Submission]) -> list[JudgeResult]:
-        """Judge ``subs`` (validated), reusing cached or running results for repeated submissions."""
+    def judge(self, subs: list[schema.Submission], cancel: threading.Event | None = None) -> list[JudgeResult]:
+        """Judge ``subs`` (validated), reusing cached or running results for repeated submissions;
+        ``cancel`` (set when the client went away) stops the tests this call started that have not run."""
         slots, todo = [], []
         with self._lock:
             for sub in subs:
@@ -140,7 +141,8 @@ class ResultCache:
                     slots.append(future)
         if todo:
             try:
-                results = self.supervisor.judge([sub for sub, _ in todo])
+                fresh = [sub for sub, _ in todo]
+                results = self.supervisor.judge(fresh) if cancel is None else self.supervisor.judge(fresh, cancel)
             except BaseException as err:
                 with self._lock:
                     for sub, future in todo:
@@ -263,10 +265,26 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
             return _error(503, f"test queue full ({pending} queued, request adds {units}, limit {max_pending})",
                           "submissions", retry_after=drain)
         state["inflight"] += 1
+        cancel = threading.Event()
+
+        async def watch_disconnect() -> None:      # the body is read: the next message is the disconnect
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            cancel.set()
+
         try:
-            results = await anyio.to_thread.run_sync(cache.judge, subs, limiter=limiter)
+            async with anyio.create_task_group() as group:
+                group.start_soon(watch_disconnect)
+                results = await anyio.to_thread.run_sync(cache.judge, subs, cancel, limiter=limiter)
+                group.cancel_scope.cancel()
         finally:
             state["inflight"] -= 1
+        if cancel.is_set():
+            client = request.client
+            skipped = sum(t["message"] == ABANDONED for r in results for t in r["tests"])
+            logging.warning("client %s disconnected while its request was judged; %d of %d tests not run",
+                            f"{client.host}:{client.port}" if client else "?", skipped, units)
+            return Response(status_code=499)
         return JSONResponse({"results": results})
 
     return app

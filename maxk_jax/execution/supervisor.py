@@ -37,6 +37,7 @@ from maxk_jax.execution.schema import Submission
 CHECKER_LIMITS = {"cpu_s": 10.0, "wall_s": 20.0, "memory_mb": 1024, "output_mb": 1}
 STDERR_IN_RESULT = 2000
 CGROUP_SLACK_MB = 32
+ABANDONED = "not run: the request was abandoned (its client disconnected)"
 
 
 @dataclasses.dataclass
@@ -47,6 +48,7 @@ class _Batch:
     done: threading.Event
     lock: threading.Lock
     compile_errors: dict
+    cancel: threading.Event | None = None
 
     def complete(self, sub_index: int, test_index: int, result: dict) -> None:
         """Store one test's result; remember compile errors; wake the waiter after the last."""
@@ -170,6 +172,9 @@ class Supervisor:
             if unit is None:
                 break
             batch, sub_index, test_index = unit
+            if batch.cancel is not None and batch.cancel.is_set():
+                batch.complete(sub_index, test_index, _not_run("SE", ABANDONED))
+                continue
             try:
                 result = self._run_unit(sandbox, batch, sub_index, test_index)
             except Exception as err:  # noqa: BLE001 - a unit must never be lost
@@ -307,13 +312,15 @@ class Supervisor:
                 "tests": tests, "behaviour": fingerprint if status == "ok" else None,
                 "memory_limit_by": self.memory_limit_by}
 
-    def judge(self, submissions: Sequence[Submission]) -> list[JudgeResult]:
-        """Judge validated :class:`Submission` objects; one result dict per submission, in order."""
+    def judge(self, submissions: Sequence[Submission], cancel: threading.Event | None = None) -> list[JudgeResult]:
+        """Judge validated :class:`Submission` objects; one result dict per submission, in order.
+
+        Once ``cancel`` is set, tests not yet started are not run (verdict SE, message ``ABANDONED``)."""
         if not submissions:
             return []
         batch = _Batch(subs=list(submissions), results=[[None] * len(s.tests) for s in submissions],
                        remaining=sum(len(s.tests) for s in submissions), done=threading.Event(),
-                       lock=threading.Lock(), compile_errors={})
+                       lock=threading.Lock(), compile_errors={}, cancel=cancel)
         with self._enqueue_lock:          # never behind close()'s stop sentinels
             if self._closed:
                 raise RuntimeError("the supervisor is closed")
