@@ -252,6 +252,8 @@ class Sandbox:
         self.worker_pid: int | None = None
         self.scratch_dir: str | None = None
         self.starts = 0
+        self.last_answer = 0.0          # time.monotonic() of the worker's last frame (ready, answer, pong)
+        self.busy = False               # a job is running (its own deadline watches the worker)
         self._stderr = None
 
     def _command(self, seccomp_fd: int | None = None) -> tuple:
@@ -320,6 +322,7 @@ class Sandbox:
             self.kill()
             raise SandboxFailure(f"worker {self.index} sent {ready!r} instead of ready")
         self.worker_pid = ready.get("pid")
+        self.last_answer = time.monotonic()
 
     def stderr_tail(self, size: int = 2000) -> str:
         """The end of the worker's (and bwrap's) stderr."""
@@ -349,10 +352,32 @@ class Sandbox:
             tail = self.stderr_tail(500)
             self.kill()
             raise SandboxFailure(f"worker {self.index} failed during a job: {err}" + (f"; {tail}" if tail else "")) from None
+        self.last_answer = time.monotonic()
         if not answer[0].get("ok"):
             self.kill()
             raise SandboxFailure(f"worker {self.index} reported: {answer[0].get('error')}")
         return answer
+
+    def ping(self, timeout_s: float) -> bool:
+        """Ask the idle worker for a pong within ``timeout_s``; False (and the worker killed) if it does not answer."""
+        if not self.alive():
+            return False
+        deadline = time.monotonic() + timeout_s
+        try:
+            protocol.write_frame(self.proc.stdin.fileno(), {"op": "ping"}, None, deadline)
+            answer, _ = protocol.read_frame(self.proc.stdout.fileno(), deadline)
+        except (protocol.ProtocolError, OSError):
+            self.kill()
+            return False
+        if not answer.get("pong"):
+            self.kill()
+            return False
+        self.last_answer = time.monotonic()
+        return True
+
+    def responsive(self, within_s: float) -> bool:
+        """Alive and either running a job or heard from within ``within_s`` seconds (a stopped worker is not)."""
+        return self.alive() and (self.busy or time.monotonic() - self.last_answer <= within_s)
 
     def kill(self) -> None:
         """SIGKILL the worker (bwrap's --die-with-parent takes the namespace down) and reap it."""

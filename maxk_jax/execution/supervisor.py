@@ -37,6 +37,7 @@ from maxk_jax.execution.schema import Submission
 CHECKER_LIMITS = {"cpu_s": 10.0, "wall_s": 20.0, "memory_mb": 1024, "output_mb": 1}
 STDERR_IN_RESULT = 2000
 CGROUP_SLACK_MB = 32
+HEARTBEAT_S = 1.0       # an idle slot pings its worker this often (and before a job after a longer pause)
 ABANDONED = "not run: the request was abandoned (its client disconnected)"
 
 
@@ -168,9 +169,15 @@ class Supervisor:
             return
         ready.set()
         while True:
-            unit = self._queue.get()
+            try:
+                unit = self._queue.get(timeout=HEARTBEAT_S)
+            except queue.Empty:
+                self._heartbeat(sandbox)
+                continue
             if unit is None:
                 break
+            if time.monotonic() - sandbox.last_answer > HEARTBEAT_S:
+                self._heartbeat(sandbox)       # a worker stopped since the last beat must not take the test
             batch, sub_index, test_index = unit
             if batch.cancel is not None and batch.cancel.is_set():
                 batch.complete(sub_index, test_index, _not_run("SE", ABANDONED))
@@ -182,6 +189,16 @@ class Supervisor:
                 result = _not_run("SE", f"internal error: {type(err).__name__}: {err}")
             batch.complete(sub_index, test_index, result)
         sandbox.kill()
+
+    def _heartbeat(self, sandbox: Sandbox) -> None:
+        """Ping an idle worker; one that does not answer within ``grace_s`` (stopped, hung) or is dead
+        is restarted, so that liveness means "answers" and no request lands on a hung worker."""
+        if sandbox.alive() and sandbox.ping(self.config.grace_s):
+            return
+        if sandbox.starts:
+            logging.warning("sandbox worker %d did not answer a ping within %.1fs; restarting it",
+                            sandbox.index, self.config.grace_s)
+        self._restart(sandbox)
 
     def _limits(self, limits: dict, sandboxed_uid: bool, cgroup: bool) -> dict:
         return {"cpu_s": limits["cpu_s"], "wall_s": limits["wall_s"],
@@ -197,6 +214,7 @@ class Supervisor:
         group = sandbox.cgroup
         header = dict(header, op="run", limits=self._limits(limits, self.sandboxed or sandbox.uid is not None,
                                                             group is not None))
+        sandbox.busy = True
         try:
             if not sandbox.alive():
                 sandbox.start()
@@ -217,6 +235,8 @@ class Supervisor:
         except OSError as err:
             self._restart(sandbox)
             raise SandboxFailure(f"slot {sandbox.index} cgroup: {err}") from None
+        finally:
+            sandbox.busy = False
         if answer[0].get("restart"):
             self._restart(sandbox)
         return answer
@@ -335,8 +355,9 @@ class Supervisor:
         return self._queue.qsize()
 
     def health(self) -> dict:
-        """Slots alive, restarts, queue depth, sandboxing mode."""
-        alive = sum(s.alive() for s in self._sandboxes)
+        """Slots alive (answering: running a job or heard from within HEARTBEAT_S + grace_s), restarts,
+        queue depth, sandboxing mode, memory limit mechanism and whether the seccomp filter is on."""
+        alive = sum(s.responsive(HEARTBEAT_S + self.config.grace_s) for s in self._sandboxes)
         starts = sum(s.starts for s in self._sandboxes)
         health = {"slots": self.num_slots, "alive": alive, "restarts": max(0, starts - self.num_slots),
                   "pending": self.pending(), "sandboxed": self.sandboxed, "reaped_orphans": self.reaper.reaped,

@@ -438,3 +438,21 @@ def test_close_leaves_no_process() -> None:
     assert not any(os.path.exists(g) for g in groups)             # cgroups removed too
     with pytest.raises(RuntimeError, match="closed"):
         ex.judge([stdio("y", "print(1)", "1")])
+
+
+def test_stopped_idle_worker_is_not_alive_and_is_restarted(solo: EmbeddedExecutor) -> None:
+    """Liveness means the worker answers: a SIGSTOPped idle worker fails its heartbeat ping, stops counting
+    as alive, and is restarted before a request lands on it."""
+    bwrap = solo.supervisor.worker_pids()[0]
+    with open(f"/proc/{bwrap}/task/{bwrap}/children") as f:
+        worker, = [int(p) for p in f.read().split()]
+    restarts = solo.health()["restarts"]
+    os.kill(worker, signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while not (solo.health()["restarts"] > restarts and solo.health()["alive"] == 1):
+        assert time.monotonic() < deadline, f"the stopped worker was never replaced: {solo.health()}"
+        time.sleep(0.05)
+    assert solo.health()["restarts"] == restarts + 1
+    stopped = open(f"/proc/{worker}/stat").read().split(")")[1].split()[0] if os.path.exists(f"/proc/{worker}") else "gone"
+    assert stopped in ("gone", "Z"), stopped
+    assert verdicts(solo.judge([stdio("after-stop", "print(3)", "3")])[0]) == ["AC"]
