@@ -12,6 +12,7 @@ p50/p99, lost requests, sandbox errors and kills, and the auth/noauth p99 ratio 
 run; writes ``results.json`` under ``--results_dir``.
 """
 import json
+import logging
 import os
 import pathlib
 import random
@@ -43,11 +44,15 @@ def _free_port() -> int:
 
 
 def _children(pid: int) -> list:
+    """Child pids of every thread of ``pid`` (the sandboxes are started by the slot threads)."""
+    found = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
     except OSError:
-        return []
+        pass
+    return found
 
 
 def start_service(port: int, slots: int, token_file: str | None) -> subprocess.Popen:
@@ -138,6 +143,7 @@ def run_mode(mode: str, clients: int, requests: int, slots: int, kill_every_s: f
 
 def main(argv: list) -> None:
     del argv
+    logging.getLogger("httpx").setLevel(logging.WARNING)     # not one line per request
     for mode in FLAGS.modes:
         if mode not in ("noauth", "auth"):
             raise app.UsageError(f"--modes: unknown mode {mode!r} (noauth, auth)")
