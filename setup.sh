@@ -3,11 +3,14 @@
 # Idempotent: re-running after the environment exists costs about a second.
 set -euo pipefail
 cd "$(dirname "$0")"
-if ! command -v bwrap >/dev/null 2>&1; then
+# bubblewrap: the sandbox; libseccomp2: the system-call filter of judged programs (through the
+# pyseccomp ctypes bindings); openssl: the tests' self-signed certificate for the judge's TLS.
+if ! command -v bwrap >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 \
+    || ! ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2'; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 openssl >/dev/null
   else
-    echo "setup.sh: bubblewrap is missing; install it with: sudo apt-get install -y bubblewrap" >&2
+    echo "setup.sh: install the sandbox's system packages with: sudo apt-get install -y bubblewrap libseccomp2 openssl" >&2
   fi
 fi
 PY=${PYTHON:-python3}

@@ -13,16 +13,19 @@ Backends:   EmbeddedExecutor (in-process supervisor, the default), HttpExecutor 
             each distinct submission once; wraps another executor), JudgeCounter (counts the
             submissions judged; wraps another executor)
 Factory:    make_executor(spec)
-Errors:     RequestError (a ValueError naming the offending field), SandboxUnavailableError
+Errors:     RequestError (a ValueError naming the offending field), SandboxUnavailableError,
+            JudgeAuthError (a judge service refused the client's token: HTTP 401)
 
 Modules: ``executor`` (the protocol and typed dicts), one per backend (``embedded``,
 ``http_client``, ``sandboxfusion``, ``caching``, ``counting``), ``factory``; the judge itself: ``schema``
 (request validation), ``judge`` (output comparison, verdicts), ``behaviour`` (output
 fingerprints), ``supervisor`` (slots, queue, results), ``sandbox`` (bubblewrap slots, uid blocks,
 reaper), ``cgroups`` (per-slot memory/pids/CPU groups), ``worker``/``harness``/``harness_assert``/
-``protocol`` (the stdlib-only code that runs inside the sandbox); ``service``/``serve`` (the
-FastAPI app and ``python -m maxk_jax.execution.serve``).
+``protocol`` (the stdlib-only code that runs inside the sandbox), ``seccomp`` (the system-call
+filter of judged programs); ``service``/``serve`` (the FastAPI app and ``python -m
+maxk_jax.execution.serve``), ``auth`` (bearer tokens between clients and the service).
 """
+from maxk_jax.execution.auth import JudgeAuthError
 from maxk_jax.execution.caching import CachingExecutor
 from maxk_jax.execution.counting import JudgeCounter
 from maxk_jax.execution.embedded import EmbeddedExecutor
@@ -35,7 +38,7 @@ from maxk_jax.execution.sandboxfusion import SandboxFusionExecutor
 from maxk_jax.execution.schema import RequestError
 
 __all__ = [
-    "CachingExecutor", "EmbeddedExecutor", "Executor", "HttpExecutor", "JudgeCounter", "JudgeResult",
+    "CachingExecutor", "EmbeddedExecutor", "Executor", "HttpExecutor", "JudgeAuthError", "JudgeCounter", "JudgeResult",
     "RequestError", "SandboxConfig", "SandboxFusionExecutor", "SandboxUnavailableError", "SubmissionDict",
     "TestResult", "make_executor", "sandbox_error_result",
 ]

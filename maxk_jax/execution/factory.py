@@ -12,7 +12,10 @@ def make_executor(spec: str = "embedded", **kwargs: Any) -> Executor:
 
     ``"embedded"`` (default) or ``"embedded:N"`` (N slots); ``"embedded-unsandboxed"`` (explicit
     opt-in to run without bubblewrap); ``"http://host:port[,http://host2:port]"``;
-    ``"sandboxfusion+http://host:port"``. ``kwargs`` go to the backend's constructor.
+    ``"sandboxfusion+http://host:port"``. ``kwargs`` go to the backend's constructor. A judge
+    service started with ``--token_file`` needs the client's token: ``token_file=PATH`` here or,
+    for every entry point that takes a spec (``--executor``, ``rollout.executor``), the environment
+    variable ``MAXK_JUDGE_TOKEN_FILE=PATH`` (and ``MAXK_JUDGE_CA_FILE`` for a self-signed HTTPS cert).
     """
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"executor spec must be a non-empty string, got {spec!r}")

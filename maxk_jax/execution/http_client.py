@@ -5,10 +5,17 @@ Each service is ``python -m maxk_jax.execution.serve``. Submissions are validate
 across the URLs; failed calls are retried with backoff (honouring Retry-After) on the next URL,
 a 413 splits the chunk in half. If every attempt fails, the affected submissions come back with
 status ``sandbox_error`` and reward None -- never a silent 0.
+
+Authentication: ``token_file`` (else ``$MAXK_JUDGE_TOKEN_FILE``) names the file holding the bearer
+token of ``serve --token_file``; an HTTP 401 raises :class:`JudgeAuthError` with one line (no retry:
+it is a configuration error). HTTPS URLs are verified against the system CAs or ``ca_file`` (else
+``$MAXK_JUDGE_CA_FILE``), e.g. a self-signed service certificate.
 """
 import concurrent.futures
 import itertools
 import json
+import os
+import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -16,6 +23,7 @@ from collections.abc import Sequence
 import httpx
 
 from maxk_jax.execution import schema
+from maxk_jax.execution.auth import CA_FILE_ENV, TOKEN_FILE_ENV, JudgeAuthError, client_token
 from maxk_jax.execution.executor import Executor, JudgeResult, SubmissionDict, sandbox_error_result
 
 
@@ -23,7 +31,8 @@ class HttpExecutor(Executor):
     """Client of one or more ``maxk_jax.execution.serve`` services."""
 
     def __init__(self, urls: Sequence[str] | str, *, retries: int = 4, backoff_s: float = 0.25, max_batch: int = 256,
-                 timeout_s: float | None = None, connect_timeout_s: float = 5.0):
+                 timeout_s: float | None = None, connect_timeout_s: float = 5.0, token_file: str | None = None,
+                 ca_file: str | None = None):
         urls = [u.strip().rstrip("/") for u in (urls.split(",") if isinstance(urls, str) else urls) if u.strip()]
         if not urls:
             raise ValueError("HttpExecutor needs at least one service URL")
@@ -34,8 +43,16 @@ class HttpExecutor(Executor):
             raise ValueError(f"retries must be >= 0 and max_batch >= 1, got {retries}, {max_batch}")
         self.urls, self.retries, self.backoff_s, self.max_batch = urls, retries, backoff_s, max_batch
         self.timeout_s = timeout_s
+        token = client_token(token_file)
+        self.authenticated = token is not None
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None
+        if ca_file is not None and not os.path.isfile(ca_file):
+            raise ValueError(f"ca_file {ca_file!r} is not a file")
+        verify = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self._client = httpx.Client(timeout=httpx.Timeout(timeout_s or 60.0, connect=connect_timeout_s),
-                                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+                                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+                                    headers=headers, verify=verify)
         self._next = itertools.count()
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(urls)),
@@ -66,6 +83,8 @@ class HttpExecutor(Executor):
                     if results is not None:
                         return results
                     error, delay = f"{url}: malformed response", self.backoff_s * 2 ** attempt
+                elif response.status_code == 401:
+                    raise JudgeAuthError(self._auth_message(url))
                 elif response.status_code == 400:
                     raise ValueError(f"{url} rejected the request: {response.text[:500]}")
                 elif response.status_code == 413 and len(subs) > 1:
@@ -81,6 +100,13 @@ class HttpExecutor(Executor):
                 time.sleep(min(delay, 30.0))
         return [sandbox_error_result(s, f"judge service unavailable after {self.retries + 1} attempts: {error}")
                 for s in subs]
+
+    def _auth_message(self, url: str) -> str:
+        if not self.authenticated:
+            return (f"judge service {url} refused the request (HTTP 401): it needs a bearer token; give the "
+                    f"client its token file (HttpExecutor(token_file=...) or ${TOKEN_FILE_ENV})")
+        return (f"judge service {url} refused the request (HTTP 401): the token sent was not accepted; check that "
+                f"the client's token file matches the service's --token_file")
 
     @staticmethod
     def _retry_after(response: httpx.Response, default: float) -> float:

@@ -169,11 +169,25 @@ def run_failure(header: dict, record: dict | None, cpu_limit_s: float, memory_mb
 
     ``header``: the worker's run report (exit_code, signal, timed_out, cpu_s, maxrss_kb,
     output_limited (stdout or stderr beyond the output limit), file_limited ("" | "memory" |
-    "scratch": which file hit RLIMIT_FSIZE), and ``oom_kills`` of the slot cgroup when there is one); ``record``: the harness record (nonce verified) or None.
+    "scratch": which file hit RLIMIT_FSIZE), and with a slot cgroup ``oom_kills`` and
+    ``program_bytes`` (the group's peak less the output captures: all the test's processes, memfds,
+    shm and tmpfs pages)); ``record``: the harness record (nonce verified) or None.
+
+    Precedence: CE, then MLE (memory use does not depend on the host's load, so a memory bomb that
+    also ran out of time is MLE), then TLE, OLE, RE.
     """
     kind = record.get("k") if record else None
     if kind == "ce":
         return "CE", record.get("msg", "compile error")
+    if header.get("oom_kills"):
+        return "MLE", f"memory limit of {memory_mb} MB exceeded (the slot's cgroup OOM-killed a process)"
+    if header.get("file_limited") == "memory":
+        return "MLE", "a memory file (memfd or shared memory) grew beyond the per-file limit (SIGXFSZ)"
+    if header.get("program_bytes", 0) > memory_mb << 20:
+        return "MLE", (f"memory limit of {memory_mb} MB exceeded (the test's processes, memfds and tmpfs files "
+                       f"peaked at {header['program_bytes'] / (1 << 20):.0f} MB together)")
+    if (record and record.get("mem")) or header["maxrss_kb"] > memory_mb * 1024:
+        return "MLE", f"memory limit of {memory_mb} MB exceeded"
     if header["timed_out"]:
         return "TLE", "wall-clock limit exceeded"
     if header["signal"] == "SIGXCPU":
@@ -182,14 +196,8 @@ def run_failure(header: dict, record: dict | None, cpu_limit_s: float, memory_mb
         return "TLE", f"CPU time {header['cpu_s']:.3f}s exceeds {cpu_limit_s:g}s"
     if header["output_limited"]:
         return "OLE", f"output exceeds the limit (stdout {header['stdout_size']} B, stderr {header['stderr_size']} B)"
-    if header.get("file_limited") == "memory":
-        return "MLE", "a memory file (memfd or shared memory) grew beyond the per-file limit (SIGXFSZ)"
     if header.get("file_limited") == "scratch":
         return "RE", "a scratch file grew beyond the scratch limit (SIGXFSZ)"
-    if header.get("oom_kills"):
-        return "MLE", f"memory limit of {memory_mb} MB exceeded (the slot's cgroup OOM-killed a process)"
-    if (record and record.get("mem")) or header["maxrss_kb"] > memory_mb * 1024:
-        return "MLE", f"memory limit of {memory_mb} MB exceeded"
     if header["signal"]:
         return "RE", f"killed by {header['signal']}"
     return None

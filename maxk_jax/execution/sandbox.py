@@ -8,7 +8,8 @@ read-only ``/usr`` (+ the /bin, /lib symlinks), a read-only copy of the worker s
 ``/maxk``, fresh ``/proc`` and ``/dev``, size-capped tmpfs at ``/tmp`` (scratch, the cwd) and
 ``/dev/shm``, read-only root, empty environment except PATH/HOME/LANG, no network (loopback of
 an empty net namespace), no nested user namespaces (``--disable-userns``, bubblewrap >= 0.8:
-so no mounts or uid maps of the program's own). ``--die-with-parent`` ties the sandbox to the slot
+so no mounts or uid maps of the program's own), and a seccomp filter (:mod:`seccomp`, bubblewrap's
+``--seccomp FD``) denying the system calls no judged program needs. ``--die-with-parent`` ties the sandbox to the slot
 thread that made it.
 
 The process is a child subreaper (orphans of dying sandboxes are reparented to it) and a
@@ -29,7 +30,7 @@ import tempfile
 import threading
 import time
 
-from maxk_jax.execution import cgroups, protocol
+from maxk_jax.execution import cgroups, protocol, seccomp
 
 _PR_SET_CHILD_SUBREAPER = 36
 _SOURCES = ("worker.py", "harness.py", "harness_assert.py", "protocol.py")
@@ -62,6 +63,7 @@ class SandboxConfig:
     start_timeout_s: float = 30.0       # worker start-up deadline
     cgroups: bool = True                # a cgroup per slot where the host allows it; False forces rlimits
     cpus_per_slot: float = 1.0          # CPU quota of a slot's cgroup
+    seccomp: bool = True                # the system-call filter where libseccomp is available
 
     def num_slots(self) -> int:
         """Resolved slot count (validated)."""
@@ -250,12 +252,15 @@ class Sandbox:
         self.worker_pid: int | None = None
         self.scratch_dir: str | None = None
         self.starts = 0
+        self.last_answer = 0.0          # time.monotonic() of the worker's last frame (ready, answer, pong)
+        self.busy = False               # a job is running (its own deadline watches the worker)
         self._stderr = None
 
-    def _command(self) -> tuple:
+    def _command(self, seccomp_fd: int | None = None) -> tuple:
         cfg = self.config
         if self.sandboxed:
-            cmd = [cfg.bwrap, "--unshare-all", *userns_args(cfg.bwrap), "--die-with-parent", "--as-pid-1",
+            filter_args = [] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]
+            cmd = [cfg.bwrap, "--unshare-all", *userns_args(cfg.bwrap), *filter_args, "--die-with-parent", "--as-pid-1",
                    "--new-session",
                    "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
                    "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -277,18 +282,34 @@ class Sandbox:
                "LANG": "C.UTF-8"}
         return cmd, self.scratch_dir, env
 
+    def seccomp_program(self) -> bytes | None:
+        """The BPF filter bubblewrap installs, or None (unsandboxed, disabled, or unavailable: one warning)."""
+        if not (self.sandboxed and self.config.seccomp):
+            return None
+        program, reason = seccomp.filter_program()
+        if program is None:
+            seccomp.warn_once(reason)
+        return program
+
     def _cgroup_args(self) -> list:
         return [] if self.cgroup is None else ["--cgroup-fds=" + ",".join(map(str, self.cgroup.fds))]
 
     def start(self) -> None:
         """Launch the worker and wait for its ready frame (SandboxFailure with bwrap's message)."""
         self.kill()
-        cmd, cwd, env = self._command()
-        self._stderr = tempfile.TemporaryFile()
-        ids = {} if self.uid is None else {"user": self.uid, "group": self.uid, "extra_groups": []}
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     cwd=cwd or "/", env=env, close_fds=True, start_new_session=True,
-                                     pass_fds=self.cgroup.fds if self.cgroup else (), **ids)
+        program = self.seccomp_program()
+        seccomp_fd = seccomp.program_fd(program) if program is not None else None
+        try:
+            cmd, cwd, env = self._command(seccomp_fd)
+            self._stderr = tempfile.TemporaryFile()
+            ids = {} if self.uid is None else {"user": self.uid, "group": self.uid, "extra_groups": []}
+            fds = (*(self.cgroup.fds if self.cgroup else ()), *(() if seccomp_fd is None else (seccomp_fd,)))
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                         cwd=cwd or "/", env=env, close_fds=True, start_new_session=True,
+                                         pass_fds=fds, **ids)
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         os.set_blocking(self.proc.stdin.fileno(), False)
         self.starts += 1
         try:
@@ -301,6 +322,7 @@ class Sandbox:
             self.kill()
             raise SandboxFailure(f"worker {self.index} sent {ready!r} instead of ready")
         self.worker_pid = ready.get("pid")
+        self.last_answer = time.monotonic()
 
     def stderr_tail(self, size: int = 2000) -> str:
         """The end of the worker's (and bwrap's) stderr."""
@@ -330,10 +352,32 @@ class Sandbox:
             tail = self.stderr_tail(500)
             self.kill()
             raise SandboxFailure(f"worker {self.index} failed during a job: {err}" + (f"; {tail}" if tail else "")) from None
+        self.last_answer = time.monotonic()
         if not answer[0].get("ok"):
             self.kill()
             raise SandboxFailure(f"worker {self.index} reported: {answer[0].get('error')}")
         return answer
+
+    def ping(self, timeout_s: float) -> bool:
+        """Ask the idle worker for a pong within ``timeout_s``; False (and the worker killed) if it does not answer."""
+        if not self.alive():
+            return False
+        deadline = time.monotonic() + timeout_s
+        try:
+            protocol.write_frame(self.proc.stdin.fileno(), {"op": "ping"}, None, deadline)
+            answer, _ = protocol.read_frame(self.proc.stdout.fileno(), deadline)
+        except (protocol.ProtocolError, OSError):
+            self.kill()
+            return False
+        if not answer.get("pong"):
+            self.kill()
+            return False
+        self.last_answer = time.monotonic()
+        return True
+
+    def responsive(self, within_s: float) -> bool:
+        """Alive and either running a job or heard from within ``within_s`` seconds (a stopped worker is not)."""
+        return self.alive() and (self.busy or time.monotonic() - self.last_answer <= within_s)
 
     def kill(self) -> None:
         """SIGKILL the worker (bwrap's --die-with-parent takes the namespace down) and reap it."""

@@ -7,9 +7,15 @@ console gets one line when the service listens, one per client that disconnects 
 one when it stops (uvicorn's own log at --log_level). Refuses to start without bubblewrap/user namespaces unless ``--unsandboxed``;
 out-of-range flags (``--port=70000``, ``--max_inflight=0``) are rejected before anything starts.
 Temp directories left by a SIGKILLed earlier service (owner process gone) are removed at start.
+
+On a shared network: ``--token_file PATH`` (a file only its owner can read) makes every request
+but ``GET /healthz`` need ``Authorization: Bearer <token>`` (401 otherwise); ``--tls_cert`` /
+``--tls_key`` serve HTTPS. A non-loopback ``--host`` without ``--token_file`` is refused at start
+(one line, non-zero exit) unless ``--insecure_no_auth`` is given, which logs a warning.
 """
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -18,6 +24,7 @@ import time
 import uvicorn
 from absl import app, flags
 
+from maxk_jax.execution.auth import TokenFileError, is_loopback, read_token_file
 from maxk_jax.execution.sandbox import MAX_SLOTS, SandboxConfig, SandboxUnavailableError
 from maxk_jax.execution.schema import LIMIT_BOUNDS
 from maxk_jax.execution.service import create_app
@@ -38,6 +45,12 @@ flags.DEFINE_bool("cgroups", True, "Limit memory/pids/CPU with a cgroup per slot
                   "(root, cgroup v1); --nocgroups forces per-process rlimits.")
 flags.DEFINE_integer("output_mb", 32, "Default stdout/stderr limit per test in MB (limits.output_mb overrides).")
 flags.DEFINE_float("grace_s", 5.0, "Seconds past a test's wall limit before its worker counts as hung.")
+flags.DEFINE_string("token_file", None, "File holding the bearer token clients must send (mode 600 or stricter; "
+                    "e.g. `openssl rand -hex 32 > FILE`). Required unless --host is a loopback address.")
+flags.DEFINE_bool("insecure_no_auth", False, "Serve a non-loopback --host WITHOUT authentication: anyone who reaches "
+                  "the port can run code in the sandboxes. Explicit opt-in; logged as a warning.")
+flags.DEFINE_string("tls_cert", None, "PEM certificate (chain) to serve HTTPS with; needs --tls_key.")
+flags.DEFINE_string("tls_key", None, "PEM private key of --tls_cert.")
 flags.DEFINE_enum("log_level", "warning", ["debug", "info", "warning", "error"], "uvicorn log level.")
 for _name, _low, _high in (("port", 1, 65535), ("slots", 0, MAX_SLOTS), ("max_pending", 1, None),
                            ("max_inflight", 1, None), ("cache_size", 0, None), ("cache_mb", 0, None),
@@ -76,19 +89,48 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def _announce(server: _Server, host: str, port: int, slots: int, sandboxed: bool) -> None:
+def _announce(server: _Server, url: str, slots: int, sandboxed: bool, auth: str) -> None:
     """One line on stderr once the socket is listening (polled from a daemon thread)."""
     while not server.started and not server.should_exit:
         time.sleep(0.05)
     if server.started:
-        print(f"serve: listening on http://{host}:{port} ({slots} slots, "
-              f"{'sandboxed' if sandboxed else 'UNSANDBOXED'}); stop with SIGTERM/SIGINT/SIGHUP/SIGUSR1/SIGUSR2",
-              file=sys.stderr, flush=True)
+        print(f"serve: listening on {url} ({slots} slots, {'sandboxed' if sandboxed else 'UNSANDBOXED'}, "
+              f"{auth}); stop with SIGTERM/SIGINT/SIGHUP/SIGUSR1/SIGUSR2", file=sys.stderr, flush=True)
+
+
+def security_settings(host: str, token_file: str | None, insecure_no_auth: bool, tls_cert: str | None,
+                      tls_key: str | None) -> tuple:
+    """``(token or None, uvicorn TLS kwargs, auth description)`` from the flags; SystemExit with one
+    line for a refused combination (non-loopback host without a token, half a TLS pair, bad files)."""
+    if bool(tls_cert) != bool(tls_key):
+        raise SystemExit("serve: --tls_cert and --tls_key go together (give both or neither)")
+    tls = {}
+    for name, path in (("--tls_cert", tls_cert), ("--tls_key", tls_key)):
+        if path and not os.path.isfile(path):
+            raise SystemExit(f"serve: {name}={path} is not a file")
+    if tls_cert:
+        tls = {"ssl_certfile": tls_cert, "ssl_keyfile": tls_key}
+    token = None
+    if token_file:
+        try:
+            token = read_token_file(token_file)
+        except TokenFileError as err:
+            raise SystemExit(f"serve: {err}") from None
+    elif not is_loopback(host):
+        if not insecure_no_auth:
+            raise SystemExit(f"serve: refusing to listen on {host!r} (not a loopback address) without "
+                             "authentication: give --token_file=PATH (or --insecure_no_auth to expose it anyway)")
+        logging.warning("serve: listening on %s WITHOUT authentication (--insecure_no_auth): anyone who reaches "
+                        "the port can run code in the sandboxes", host)
+    auth = "bearer token" if token else "NO AUTHENTICATION" if not is_loopback(host) else "no authentication"
+    return token, tls, auth
 
 
 def main(argv: list) -> None:
     """Start the supervisor, serve until a stop signal, then shut the sandboxes down."""
     del argv
+    token, tls, auth = security_settings(FLAGS.host, FLAGS.token_file, FLAGS.insecure_no_auth, FLAGS.tls_cert,
+                                         FLAGS.tls_key)
     config = SandboxConfig(slots=FLAGS.slots or None, allow_unsandboxed=FLAGS.unsandboxed, grace_s=FLAGS.grace_s,
                            cgroups=FLAGS.cgroups)
     try:
@@ -101,10 +143,13 @@ def main(argv: list) -> None:
             logging.warning("serving WITHOUT a sandbox (--unsandboxed)")
         application = create_app(supervisor, max_pending=FLAGS.max_pending, max_inflight=FLAGS.max_inflight,
                                  cache_size=FLAGS.cache_size, cache_bytes=FLAGS.cache_mb << 20,
-                                 max_request_bytes=FLAGS.max_request_mb << 20, default_output_mb=FLAGS.output_mb)
-        server = _Server(uvicorn.Config(application, host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level))
-        threading.Thread(target=_announce, args=(server, FLAGS.host, FLAGS.port, supervisor.num_slots,
-                                                 supervisor.sandboxed), daemon=True).start()
+                                 max_request_bytes=FLAGS.max_request_mb << 20, default_output_mb=FLAGS.output_mb,
+                                 token=token)
+        server = _Server(uvicorn.Config(application, host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level,
+                                        **tls))
+        url = f"{'https' if tls else 'http'}://{FLAGS.host}:{FLAGS.port}"
+        threading.Thread(target=_announce, args=(server, url, supervisor.num_slots, supervisor.sandboxed, auth),
+                         daemon=True).start()
         server.run()
     finally:
         supervisor.close()

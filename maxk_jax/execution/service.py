@@ -9,6 +9,11 @@ same content) is answered from a bounded cache — or joins the identical judgem
 so a client retrying after a timeout gets the same result instead of a second execution. The cache
 is keyed by a SHA-256 of the submission and bounded by entry count and by bytes of stored results.
 A body over ``max_request_bytes`` -> 413 naming the limit; a body nested too deeply -> 400.
+
+With a ``token`` every request but ``GET /healthz`` (liveness and queue depth, nothing about
+submissions) needs ``Authorization: Bearer <token>``; without it or with a wrong one -> 401
+``{"error", "field": "authorization"}`` before the body is read. A client that disconnects while its
+request is judged stops the request's remaining tests (logged once).
 """
 import collections
 import concurrent.futures
@@ -24,8 +29,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
 from maxk_jax.execution import schema
+from maxk_jax.execution.auth import UNAUTHORIZED_BODY, BearerCheck
 from maxk_jax.execution.executor import JudgeResult
-from maxk_jax.execution.supervisor import Supervisor
+from maxk_jax.execution.supervisor import ABANDONED, Supervisor
 
 _TEST_RESULT = {
     "type": "object",
@@ -114,8 +120,9 @@ class ResultCache:
         while len(self._done) > self.size or self.bytes > self.max_bytes:
             self.bytes -= self._done.popitem(last=False)[1][1]
 
-    def judge(self, subs: list[schema.Submission]) -> list[JudgeResult]:
-        """Judge ``subs`` (validated), reusing cached or running results for repeated submissions."""
+    def judge(self, subs: list[schema.Submission], cancel: threading.Event | None = None) -> list[JudgeResult]:
+        """Judge ``subs`` (validated), reusing cached or running results for repeated submissions;
+        ``cancel`` (set when the client went away) stops the tests this call started that have not run."""
         slots, todo = [], []
         with self._lock:
             for sub in subs:
@@ -134,7 +141,8 @@ class ResultCache:
                     slots.append(future)
         if todo:
             try:
-                results = self.supervisor.judge([sub for sub, _ in todo])
+                fresh = [sub for sub, _ in todo]
+                results = self.supervisor.judge(fresh) if cancel is None else self.supervisor.judge(fresh, cancel)
             except BaseException as err:
                 with self._lock:
                     for sub, future in todo:
@@ -155,10 +163,31 @@ def _error(status: int, message: str, field: str, retry_after: float | None = No
     return JSONResponse({"error": message, "field": field}, status_code=status, headers=headers)
 
 
+class BearerAuth:
+    """ASGI middleware: 401 for every HTTP request but ``GET /healthz`` without the right bearer token."""
+
+    OPEN = (("GET", "/healthz"), ("HEAD", "/healthz"))
+
+    def __init__(self, app, check: BearerCheck):
+        self.app, self.check = app, check
+        self.refused = 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or (scope.get("method"), scope.get("path")) in self.OPEN:
+            return await self.app(scope, receive, send)
+        header = next((value for name, value in scope.get("headers", ()) if name == b"authorization"), None)
+        if self.check.allows(header):
+            return await self.app(scope, receive, send)
+        self.refused += 1
+        response = JSONResponse(UNAUTHORIZED_BODY, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
+
+
 def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight: int = 64,
                cache_size: int = 4096, cache_bytes: int = 64 << 20, max_request_bytes: int = 256 << 20,
-               default_output_mb: int = 32) -> FastAPI:
-    """The FastAPI application around ``supervisor`` (which the caller owns and closes)."""
+               default_output_mb: int = 32, token: str | None = None) -> FastAPI:
+    """The FastAPI application around ``supervisor`` (which the caller owns and closes); ``token``:
+    the bearer token every request but ``GET /healthz`` must carry (None: no authentication)."""
     for name, value, low in (("max_pending", max_pending, 1), ("max_inflight", max_inflight, 1),
                              ("max_request_bytes", max_request_bytes, 1)):
         if not isinstance(value, int) or value < low:
@@ -169,6 +198,8 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
     limiter = anyio.CapacityLimiter(max_inflight)
     state = {"inflight": 0}
     app.state.cache, app.state.supervisor = cache, supervisor
+    if token is not None:
+        app.add_middleware(BearerAuth, check=BearerCheck(token))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -234,10 +265,26 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
             return _error(503, f"test queue full ({pending} queued, request adds {units}, limit {max_pending})",
                           "submissions", retry_after=drain)
         state["inflight"] += 1
+        cancel = threading.Event()
+
+        async def watch_disconnect() -> None:      # the body is read: the next message is the disconnect
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            cancel.set()
+
         try:
-            results = await anyio.to_thread.run_sync(cache.judge, subs, limiter=limiter)
+            async with anyio.create_task_group() as group:
+                group.start_soon(watch_disconnect)
+                results = await anyio.to_thread.run_sync(cache.judge, subs, cancel, limiter=limiter)
+                group.cancel_scope.cancel()
         finally:
             state["inflight"] -= 1
+        if cancel.is_set():
+            client = request.client
+            skipped = sum(t["message"] == ABANDONED for r in results for t in r["tests"])
+            logging.warning("client %s disconnected while its request was judged; %d of %d tests not run",
+                            f"{client.host}:{client.port}" if client else "?", skipped, units)
+            return Response(status_code=499)
         return JSONResponse({"results": results})
 
     return app

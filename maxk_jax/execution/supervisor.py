@@ -12,9 +12,10 @@ Each result also carries ``behaviour``: the fingerprint of the program's outputs
 (`maxk_jax.execution.behaviour`, for majority voting; None when undetermined).
 
 Memory is limited by a cgroup per slot where the host allows it (:mod:`cgroups`: memory incl.
-shmem/memfd and every child process, pids, one CPU per slot) -- the limit is ``memory_mb`` plus
-the test's two output captures plus ``CGROUP_SLACK_MB`` for the harness's own pages, and an OOM
-kill in the group is MLE -- else by RLIMIT_AS per process. ``memory_limit_by`` in every result
+shmem/memfd and every child process, pids, one CPU per slot) -- the kernel's limit is ``memory_mb``
+plus the test's two output captures, the scratch tmpfs and ``CGROUP_SLACK_MB``; an OOM kill in the
+group is MLE, and so is a group peak above ``memory_mb`` once the captures are taken off (the
+program's total over all its processes and memory files) -- else by RLIMIT_AS per process. ``memory_limit_by`` in every result
 and in ``health()`` says which.
 """
 import dataclasses
@@ -26,7 +27,7 @@ import time
 import weakref
 from collections.abc import Sequence
 
-from maxk_jax.execution import behaviour, cgroups, judge
+from maxk_jax.execution import behaviour, cgroups, judge, seccomp
 from maxk_jax.execution.sandbox import (UNAVAILABLE_HINT, Reaper, Sandbox, SandboxConfig, SandboxFailure,
                                         SandboxUnavailableError, UidBlock, become_subreaper, bwrap_usable,
                                         clean_stale_dirs, processes_of, stage_sources)
@@ -36,6 +37,8 @@ from maxk_jax.execution.schema import Submission
 CHECKER_LIMITS = {"cpu_s": 10.0, "wall_s": 20.0, "memory_mb": 1024, "output_mb": 1}
 STDERR_IN_RESULT = 2000
 CGROUP_SLACK_MB = 32
+HEARTBEAT_S = 1.0       # an idle slot pings its worker this often (and before a job after a longer pause)
+ABANDONED = "not run: the request was abandoned (its client disconnected)"
 
 
 @dataclasses.dataclass
@@ -46,6 +49,7 @@ class _Batch:
     done: threading.Event
     lock: threading.Lock
     compile_errors: dict
+    cancel: threading.Event | None = None
 
     def complete(self, sub_index: int, test_index: int, result: dict) -> None:
         """Store one test's result; remember compile errors; wake the waiter after the last."""
@@ -165,10 +169,19 @@ class Supervisor:
             return
         ready.set()
         while True:
-            unit = self._queue.get()
+            try:
+                unit = self._queue.get(timeout=HEARTBEAT_S)
+            except queue.Empty:
+                self._heartbeat(sandbox)
+                continue
             if unit is None:
                 break
+            if time.monotonic() - sandbox.last_answer > HEARTBEAT_S:
+                self._heartbeat(sandbox)       # a worker stopped since the last beat must not take the test
             batch, sub_index, test_index = unit
+            if batch.cancel is not None and batch.cancel.is_set():
+                batch.complete(sub_index, test_index, _not_run("SE", ABANDONED))
+                continue
             try:
                 result = self._run_unit(sandbox, batch, sub_index, test_index)
             except Exception as err:  # noqa: BLE001 - a unit must never be lost
@@ -176,6 +189,16 @@ class Supervisor:
                 result = _not_run("SE", f"internal error: {type(err).__name__}: {err}")
             batch.complete(sub_index, test_index, result)
         sandbox.kill()
+
+    def _heartbeat(self, sandbox: Sandbox) -> None:
+        """Ping an idle worker; one that does not answer within ``grace_s`` (stopped, hung) or is dead
+        is restarted, so that liveness means "answers" and no request lands on a hung worker."""
+        if sandbox.alive() and sandbox.ping(self.config.grace_s):
+            return
+        if sandbox.starts:
+            logging.warning("sandbox worker %d did not answer a ping within %.1fs; restarting it",
+                            sandbox.index, self.config.grace_s)
+        self._restart(sandbox)
 
     def _limits(self, limits: dict, sandboxed_uid: bool, cgroup: bool) -> dict:
         return {"cpu_s": limits["cpu_s"], "wall_s": limits["wall_s"],
@@ -191,6 +214,7 @@ class Supervisor:
         group = sandbox.cgroup
         header = dict(header, op="run", limits=self._limits(limits, self.sandboxed or sandbox.uid is not None,
                                                             group is not None))
+        sandbox.busy = True
         try:
             if not sandbox.alive():
                 sandbox.start()
@@ -201,12 +225,18 @@ class Supervisor:
             answer = sandbox.run(header, blobs, limits["wall_s"] + self.config.grace_s)
             if group is not None:
                 answer[0].update(group.end())
+                # the program's total: the group's peak less the output captures (accounted apart)
+                captures = sum(min(int(answer[0].get(f"{name}_size") or 0), (limits["output_mb"] << 20) + 1)
+                               for name in ("stdout", "stderr"))
+                answer[0]["program_bytes"] = max(0, answer[0]["peak_bytes"] - captures)
         except SandboxFailure:
             self._restart(sandbox)
             raise
         except OSError as err:
             self._restart(sandbox)
             raise SandboxFailure(f"slot {sandbox.index} cgroup: {err}") from None
+        finally:
+            sandbox.busy = False
         if answer[0].get("restart"):
             self._restart(sandbox)
         return answer
@@ -237,7 +267,7 @@ class Supervisor:
         except SandboxFailure as err:
             return _not_run("SE", str(err))
         record = _parse_record(out.get("record"))
-        peak_kb = max(run["maxrss_kb"], run.get("peak_bytes", 0) >> 10)
+        peak_kb = max(run["maxrss_kb"], run.get("program_bytes", 0) >> 10)
         result = {"verdict": None, "cpu_s": run["cpu_s"], "wall_s": run["wall_s"],
                   "memory_mb": round(peak_kb / 1024, 1), "exit_code": run["exit_code"],
                   "signal": run["signal"], "message": ""}
@@ -302,13 +332,15 @@ class Supervisor:
                 "tests": tests, "behaviour": fingerprint if status == "ok" else None,
                 "memory_limit_by": self.memory_limit_by}
 
-    def judge(self, submissions: Sequence[Submission]) -> list[JudgeResult]:
-        """Judge validated :class:`Submission` objects; one result dict per submission, in order."""
+    def judge(self, submissions: Sequence[Submission], cancel: threading.Event | None = None) -> list[JudgeResult]:
+        """Judge validated :class:`Submission` objects; one result dict per submission, in order.
+
+        Once ``cancel`` is set, tests not yet started are not run (verdict SE, message ``ABANDONED``)."""
         if not submissions:
             return []
         batch = _Batch(subs=list(submissions), results=[[None] * len(s.tests) for s in submissions],
                        remaining=sum(len(s.tests) for s in submissions), done=threading.Event(),
-                       lock=threading.Lock(), compile_errors={})
+                       lock=threading.Lock(), compile_errors={}, cancel=cancel)
         with self._enqueue_lock:          # never behind close()'s stop sentinels
             if self._closed:
                 raise RuntimeError("the supervisor is closed")
@@ -323,15 +355,20 @@ class Supervisor:
         return self._queue.qsize()
 
     def health(self) -> dict:
-        """Slots alive, restarts, queue depth, sandboxing mode."""
-        alive = sum(s.alive() for s in self._sandboxes)
+        """Slots alive (answering: running a job or heard from within HEARTBEAT_S + grace_s), restarts,
+        queue depth, sandboxing mode, memory limit mechanism and whether the seccomp filter is on."""
+        alive = sum(s.responsive(HEARTBEAT_S + self.config.grace_s) for s in self._sandboxes)
         starts = sum(s.starts for s in self._sandboxes)
         health = {"slots": self.num_slots, "alive": alive, "restarts": max(0, starts - self.num_slots),
                   "pending": self.pending(), "sandboxed": self.sandboxed, "reaped_orphans": self.reaper.reaped,
-                  "memory_limit_by": self.memory_limit_by}
+                  "memory_limit_by": self.memory_limit_by, "seccomp": self.seccomp_active()}
         if self._cgroups is None:
             health["cgroups_unavailable"] = self.cgroup_reason
         return health
+
+    def seccomp_active(self) -> bool:
+        """True when the slots' programs run under the system-call filter (:mod:`seccomp`)."""
+        return bool(self.sandboxed and self.config.seccomp and seccomp.filter_program()[0] is not None)
 
     def _popen_pids(self) -> list:
         checker = getattr(self, "_checker", None)

@@ -110,6 +110,12 @@ def _run(**overrides) -> dict:
     (_run(file_limited="scratch", signal="SIGXFSZ", exit_code=None), None, "RE"),   # the scratch limit
     (_run(exit_code=1), {"k": "exit", "exc": "MemoryError", "mem": True}, "MLE"),
     (_run(maxrss_kb=300 * 1024), None, "MLE"),
+    # the slot cgroup: the program's total (all processes, memfds) and OOM kills beat a TLE (issue 44)
+    (_run(program_bytes=257 << 20), None, "MLE"),
+    (_run(program_bytes=256 << 20), None, None),
+    (_run(oom_kills=1, cpu_s=1.01, signal="SIGKILL", exit_code=None), None, "MLE"),
+    (_run(oom_kills=1, timed_out=True, signal="SIGKILL", exit_code=None), None, "MLE"),
+    (_run(program_bytes=300 << 20, cpu_s=1.5), None, "MLE"),
     (_run(signal="SIGSEGV", exit_code=None), None, "RE"),
     (_run(), None, None),
 ])

@@ -236,3 +236,27 @@ def test_cache_keys_are_hashes_and_bytes_are_bounded() -> None:
 def test_create_app_rejects_zero_inflight(executor) -> None:
     with pytest.raises(ValueError, match="max_inflight"):
         create_app(executor.supervisor, max_inflight=0)
+
+
+def test_client_disconnecting_mid_judging_stops_its_remaining_tests(executor, serve_app, caplog) -> None:
+    """10 tests of 1 s on 2 slots take 5 s; the client leaves after 0.5 s: the tests not started are
+    dropped (a request sent then is judged within ~1 s, not after the 5 s) and one line is logged."""
+    import logging
+
+    url = serve_app(create_app(executor.supervisor, cache_size=0))
+    slow = {"id": "slow", "code": "import time\ntime.sleep(1)\nprint(1)", "mode": "stdio",
+            "tests": [{"stdin": str(i), "expected": "1"} for i in range(10)], "limits": {"cpu_s": 1, "wall_s": 3}}
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/judge", json={"submissions": [slow]}, timeout=0.5)
+        left = time.monotonic()
+        quick = httpx.post(f"{url}/v1/judge", json={"submissions": [SUBS[0]]}, timeout=30)
+        waited = time.monotonic() - left
+        assert quick.status_code == 200 and waited < 3.0, waited
+        deadline = time.monotonic() + 10
+        while "disconnected while its request was judged" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    lines = [r.getMessage() for r in caplog.records if "disconnected while its request" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].endswith("of 10 tests not run"), lines
+    assert int(lines[0].split(";")[1].split()[0]) >= 6, lines      # at most 2 running + 2 more started
+    assert executor.supervisor.pending() == 0

@@ -158,6 +158,9 @@ HOSTILE = [
     ("exact-output-limit", "import sys\nsys.stdout.write('x' * (4 << 20))", "x" * (4 << 20), {"AC"}),
 ]
 # Memory the per-process address-space limit does not see (issue 14): judged by the slot cgroup.
+SPLIT = ("import os, time\npids = []\nfor _ in range({children}):\n    pid = os.fork()\n    if pid == 0:\n"
+         "        x = bytearray(b'x') * ({mb} << 20)\n        time.sleep(0.5)\n        os._exit(0)\n    pids.append(pid)\n"
+         "print(sum(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids))")
 MEMORY_HOSTILE = [
     ("memfd-hoard", "import os\nfds = []\nfor _ in range(20):\n    fd = os.memfd_create('m')\n"
      "    os.write(fd, b'x' * (30 << 20))\n    fds.append(fd)\nprint('held', len(fds))", {"output_mb": 32, "cpu_s": 3, "wall_s": 6}),
@@ -166,6 +169,11 @@ MEMORY_HOSTILE = [
      "for pid in pids:\n    os.waitpid(pid, 0)\nprint('children done')", {"memory_mb": 512, "cpu_s": 3, "wall_s": 6}),
     ("big-mmap", "import mmap\nm = mmap.mmap(-1, 2 << 30)\nfor i in range(0, 2 << 30, 4096):\n    m[i] = 1\n"
      "print('touched')", {"cpu_s": 3, "wall_s": 6}),
+    # issue 44: memory_mb is the program's total, however it is split (the group's kernel limit is higher)
+    ("split-2x200mb", SPLIT.format(children=2, mb=200), {"cpu_s": 3, "wall_s": 6}),
+    ("memfds-4x60mb-plus-100mb", "import os\nfds = []\nfor _ in range(4):\n    fd = os.memfd_create('m')\n"
+     "    os.write(fd, b'x' * (60 << 20))\n    fds.append(fd)\nx = bytearray(b'y') * (100 << 20)\nprint('held')",
+     {"cpu_s": 3, "wall_s": 6}),
 ]
 
 
@@ -222,8 +230,11 @@ def test_memory_beyond_rlimits_is_mle(executor: EmbeddedExecutor) -> None:
     assert all(v[:3] == ("ok", ["MLE"], "cgroup") for v in got.values()), got
     assert executor.supervisor.stray_processes() == []
     after = executor.judge([stdio("after", "x = bytearray(100 << 20)\nprint(len(x))", str(100 << 20),
-                                  limits=HOSTILE_LIMITS)])
-    assert verdicts(after[0]) == ["AC"] and after[0]["tests"][0]["memory_mb"] >= 100, after
+                                  limits=HOSTILE_LIMITS),
+                            stdio("honest-2x100mb", SPLIT.format(children=2, mb=100), "0",
+                                  limits=dict(HOSTILE_LIMITS, cpu_s=3, wall_s=6))])
+    assert [verdicts(r) for r in after] == [["AC"], ["AC"]], after
+    assert after[0]["tests"][0]["memory_mb"] >= 100 and 200 <= after[1]["tests"][0]["memory_mb"] <= 256, after
 
 
 def test_rlimit_fallback_is_reported() -> None:
@@ -427,3 +438,21 @@ def test_close_leaves_no_process() -> None:
     assert not any(os.path.exists(g) for g in groups)             # cgroups removed too
     with pytest.raises(RuntimeError, match="closed"):
         ex.judge([stdio("y", "print(1)", "1")])
+
+
+def test_stopped_idle_worker_is_not_alive_and_is_restarted(solo: EmbeddedExecutor) -> None:
+    """Liveness means the worker answers: a SIGSTOPped idle worker fails its heartbeat ping, stops counting
+    as alive, and is restarted before a request lands on it."""
+    bwrap = solo.supervisor.worker_pids()[0]
+    with open(f"/proc/{bwrap}/task/{bwrap}/children") as f:
+        worker, = [int(p) for p in f.read().split()]
+    restarts = solo.health()["restarts"]
+    os.kill(worker, signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while not (solo.health()["restarts"] > restarts and solo.health()["alive"] == 1):
+        assert time.monotonic() < deadline, f"the stopped worker was never replaced: {solo.health()}"
+        time.sleep(0.05)
+    assert solo.health()["restarts"] == restarts + 1
+    stopped = open(f"/proc/{worker}/stat").read().split(")")[1].split()[0] if os.path.exists(f"/proc/{worker}") else "gone"
+    assert stopped in ("gone", "Z"), stopped
+    assert verdicts(solo.judge([stdio("after-stop", "print(3)", "3")])[0]) == ["AC"]
