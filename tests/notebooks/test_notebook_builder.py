@@ -45,5 +45,7 @@ def test_colab_install_cell():
     src = apt.cells[0].source
     assert "['apt-get', 'update', '-q']" in src and "'install', '-y', '-q', 'bubblewrap'" in src
     compile(src, "cell", "exec")     # the cell is valid Python
+    # the runtime's jax (and its CUDA / TPU plugins) is pinned for the install, never replaced
+    assert '"-c", "/tmp/maxk_jax_keep.txt"' in src and 'startswith(("jax", "libtpu"))' in src
     with pytest.raises(ValueError, match="apt_packages='bubblewrap'"):
         apt.colab_install("bubblewrap")
