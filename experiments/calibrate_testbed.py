@@ -10,7 +10,7 @@ config exactly as experiments/tiny_pipeline.py does, evaluates only the base (ev
 samples on eval.num_problems test problems) and prints its headroom at --k: max@1, max@k, pass@1,
 pass@k and the share of problems whose own pass@k is strictly inside (0.05, 0.95)
 (`maxk_jax.pipelines.calibration.headroom`). One JSON line per point is appended to --table, the
-calibration table of the README (``--print_table`` prints it as markdown); the point's per-problem
+calibration table of docs/results/testbed_calibration.md (``--print_table`` prints it as markdown); the point's per-problem
 evaluation files go to ``<runs_dir>/calibration/<point>``.
 """
 from __future__ import annotations

@@ -31,7 +31,7 @@ of an uninterrupted run. A run whose settings differ from run_config.json is ref
 
 Multi-host: start the same command on every host with --distributed (plus --coordinator_address,
 --num_processes, --process_id unless the cluster is auto-detected); each host samples and judges
-its share of every sampling group, process 0 writes --out_dir (README "Multi-host").
+its share of every sampling group, process 0 writes --out_dir (docs/usage/multihost.md).
 """
 from __future__ import annotations
 

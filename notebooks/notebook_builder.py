@@ -24,7 +24,20 @@ if importlib.util.find_spec("maxk_jax") is None:
         if source is None:
             raise RuntimeError("Clone the maxk-jax repository and %cd into it first, or set "
                                "MAXK_JAX_SOURCE to a pip-installable source of the package.")
-{apt}        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", source])
+{apt}        # Keep the runtime's accelerator jax: pin jax, jaxlib and their CUDA / TPU plugins to the
+        # installed versions for this install (setup.cfg's ranges admit jax 0.10.2 to 0.11.x).
+        from importlib import metadata
+        keep = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+                       if (d.metadata["Name"] or "").lower().replace("_", "-").startswith(("jax", "libtpu"))})
+        pathlib.Path("/tmp/maxk_jax_keep.txt").write_text("\n".join(keep) + "\n")
+        print("keeping the runtime's", ", ".join(keep) or "(no jax installed)")
+        try:
+            subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", source,
+                                   "-c", "/tmp/maxk_jax_keep.txt"])
+        except subprocess.CalledProcessError as err:
+            raise RuntimeError("maxk-jax needs jax >=0.10.2,<0.12 and this runtime has " + ", ".join(keep)
+                               + ": upgrade it deliberately (pip install -U 'jax[cuda12]>=0.10.2,<0.12' on a GPU, "
+                               "'jax[tpu]>=0.10.2,<0.12' on a TPU), restart the runtime and run this cell again") from err
     elif root is not None:
         sys.path.insert(0, str(root))
     else:

@@ -134,11 +134,13 @@ def test_scripts_do_not_import_scripts():
 
 
 def test_contracts_are_cited_inside_the_repository():
-    """Docstrings cite docs/contracts.md (in the repository), never a design note outside it."""
+    """Docstrings, README.md and docs/ cite docs/contracts.md (in the repository), never a design note outside it."""
     assert (ROOT / "docs" / "contracts.md").exists()
     outside = "DESIGN" + ".md"
     cited = [str(p.relative_to(ROOT)) for folder in ("maxk_jax", "experiments", "tests") for p in (ROOT / folder).rglob("*.py")
-             if outside in p.read_text()] + (["README.md"] if outside in (ROOT / "README.md").read_text() else [])
+             if outside in p.read_text()]
+    cited += [str(p.relative_to(ROOT)) for p in (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
+              if outside in p.read_text()]
     assert not cited, cited
 
 

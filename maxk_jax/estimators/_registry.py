@@ -323,7 +323,7 @@ def _build_majority(biased: bool, max_subsets: int) -> EstimatorFn:
 
 _ZS = dict(eps=1e-6, ddof=0)
 _MAXK = dict(baseline="zscore", eps=1e-6, ddof=0, zero_flat_rows=False, zero_flat_transform=False)
-# Default clamp of the off-policy pair: see README "clamp_delta" for the measurement behind it.
+# Default clamp of the off-policy pair: see "clamp_delta" in docs/results/laptop_table2.md for the measurement.
 DEFAULT_CLAMP_DELTA = 1.0
 _MAXK_OFF = dict(_MAXK, clamp_delta=DEFAULT_CLAMP_DELTA)
 _REGISTRY: dict[str, _Spec] = {

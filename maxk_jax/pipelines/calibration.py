@@ -104,7 +104,7 @@ def calibrate_base(cfg: PipelineConfig, k: int, *, progress: bool = True,
 
 
 def calibration_markdown(rows: list[dict[str, Any]]) -> str:
-    """The calibration table (README form) of `calibrate_base` rows (plus ``"point"`` and
+    """The calibration table (as in docs/results/testbed_calibration.md) of `calibrate_base` rows (plus ``"point"`` and
     ``"changed"``: the fields that differ from the main job): one line per point with what it
     tried, the headroom numbers and whether it meets the target."""
     if not rows:

@@ -233,7 +233,7 @@ TESTBED_TEMPERATURE = 1.4
 
 
 def testbed_config() -> PipelineConfig:
-    """The Best-of-N testbed (README "A testbed with large-k headroom", calibrated with
+    """The Best-of-N testbed (docs/results/testbed_calibration.md, calibrated with
     experiments/calibrate_testbed.py): the main job's model and warm-up on scalar problems of
     exactly three operations (``synthetic.list_fraction=0``, ``min_ops=max_ops=3``), sampled at
     temperature 1.4 in the rollouts and every evaluation; n = 256 samples on 96 test problems (k <=

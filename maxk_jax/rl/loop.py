@@ -30,7 +30,7 @@ One RL step s (0-based; logged and checkpointed as s + 1 = RL steps done):
      ``{"rl_step", "data_position", "rng", "model_dir", "config_json"}``; with s > 0 the batches
      already sampled for the next steps go to ``<output_dir>/in_flight/`` first.
 
-Multi-host (``distributed.*``, one process per host, see README "Multi-host"): every host reads
+Multi-host (``distributed.*``, one process per host, see docs/usage/multihost.md): every host reads
 the same problem stream and key but samples and judges only its contiguous share of the step's
 prompts (``rollout.collect``), contributes its rows to the global batch
 (``multihost.global_batch``), and the metrics are computed from all hosts' rollouts

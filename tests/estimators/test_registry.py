@@ -134,7 +134,7 @@ def test_all_equal_rewards_give_zero_advantages():
             # on-policy (log_ratio = 0) equal rewards carry no signal ...
             np.testing.assert_allclose(fn(r, k=3, log_ratio=np.zeros_like(lr)), 0.0, atol=1e-6, err_msg=name)
             # ... but off-policy the z-scored r~' of equal rewards is (1 + sum delta)-noise of unit
-            # scale: the paper's "BoN mean" on r~' does this at PPO iterations >= 1 (README)
+            # scale: the paper's "BoN mean" on r~' does this at PPO iterations >= 1 (docs/usage/estimators.md)
             z = np.asarray(fn(r, k=3, log_ratio=lr))
             np.testing.assert_allclose(z.std(axis=-1), 1.0, rtol=1e-3, err_msg=name)
             fn = E.get_estimator(name, baseline="loo1")

@@ -199,7 +199,7 @@ def test_hostile_corpus(executor: EmbeddedExecutor) -> None:
     expected["large-legit-output"] = {"AC"}
     from maxk_jax.execution.sandbox import userns_args
     if executor.supervisor.sandboxed and not userns_args(executor.supervisor.config.bwrap):
-        expected["nested-userns"] = {"AC", "WA"}   # bubblewrap < 0.8 cannot refuse it (README says so)
+        expected["nested-userns"] = {"AC", "WA"}   # bubblewrap < 0.8 cannot refuse it (docs/usage/execution.md says so)
     assert [r["id"] for r in results] == [s["id"] for s in subs]
     wrong = {r["id"]: (r["status"], r["tests"][0]) for r in results
              if r["status"] != "ok" or verdicts(r)[0] not in expected[r["id"]]}

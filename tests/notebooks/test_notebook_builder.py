@@ -20,7 +20,8 @@ def _generator(name: str):
 
 
 @pytest.mark.parametrize("generator,notebook", [("build_01_estimators.py", "01_estimators.ipynb"),
-                                                ("build_02_tiny_rl.py", "02_tiny_rl.ipynb")])
+                                                ("build_02_tiny_rl.py", "02_tiny_rl.ipynb"),
+                                                ("build_03_colab_gpu.py", "03_colab_gpu.ipynb")])
 def test_committed_notebook_is_the_generators_output(generator, notebook):
     built = nbformat.writes(_generator(generator).NB.notebook()) + "\n"
     assert built == (NOTEBOOKS / notebook).read_text(encoding="utf-8"), (
@@ -45,5 +46,21 @@ def test_colab_install_cell():
     src = apt.cells[0].source
     assert "['apt-get', 'update', '-q']" in src and "'install', '-y', '-q', 'bubblewrap'" in src
     compile(src, "cell", "exec")     # the cell is valid Python
+    # the runtime's jax (and its CUDA / TPU plugins) is pinned for the install, never replaced
+    assert '"-c", "/tmp/maxk_jax_keep.txt"' in src and 'startswith(("jax", "libtpu"))' in src
     with pytest.raises(ValueError, match="apt_packages='bubblewrap'"):
         apt.colab_install("bubblewrap")
+
+
+def test_the_colab_notebook_runs_online_unless_told_offline():
+    """03_colab_gpu loads Qwen2.5-Coder from the hub by default; MAXK_OFFLINE=1 (the suite) switches to the tiny model."""
+    cells = _generator("build_03_colab_gpu.py").NB.cells
+    params = next(c.source for c in cells if c.cell_type == "code" and "OFFLINE =" in c.source)
+    scope: dict = {}
+    exec(params, scope)                          # the parameter cell alone (the environment as the suite leaves it)
+    import os
+    assert scope["OFFLINE"] == (os.environ.get("MAXK_OFFLINE", "0") == "1")
+    assert scope["MODEL_ID"] == os.environ.get("MAXK_MODEL_ID", "Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    source = "\n".join(c.source for c in cells)
+    assert "snapshot_download(MODEL_ID" in source and "convert.load_hf(model_dir" in source
+    assert 'estimator="maxk_offpolicy"' in source and 'load_dataset("humaneval")' in source

@@ -32,7 +32,7 @@ def test_synthetic_split_is_cached_by_its_settings(tmp_path):
 
 def test_the_stored_testbed_base_is_the_cache_entry_of_its_config():
     """docs/testbed/base_scalar4_t11_xeon is the base of the testbed at 4 scalar operations (the
-    README's cache copy names base-<key>): its warm-up record's key and settings are the config's, and
+    testbed write-up's cache copy names base-<key>): its warm-up record's key and settings are the config's, and
     the checkpoint loads with the parameter count it records."""
     import json
     import pathlib
@@ -47,4 +47,5 @@ def test_the_stored_testbed_base_is_the_cache_entry_of_its_config():
     assert record["config"]["synthetic"] == section_dict(cfg.synthetic)
     model_config, params = convert.load_hf(str(stored))
     assert qwen2.param_count(model_config) == record["param_count"]
-    assert "9ce2c3992b2e" in (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    docs = pathlib.Path(__file__).resolve().parents[2] / "docs" / "results"
+    assert "cp -r docs/testbed/base_scalar4_t11_xeon runs/_cache/base-9ce2c3992b2e" in (docs / "testbed_calibration.md").read_text()
