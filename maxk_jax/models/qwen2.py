@@ -44,10 +44,12 @@ jit-compiled with the config static; n = 1 is an ordinary per-sequence cache)::
 
 The cache itself (:class:`KVCache`, :func:`init_cache`, :func:`cache_logical_axes`) and its
 one-token attention (:func:`attend_decode`) live in :mod:`maxk_jax.models.kv_cache` and are
-re-exported here. ``decode_step``'s layer scan only READS the cache and then writes all layers'
-new K/V into slot ``length`` at once: inside a ``while_loop`` with the cache in the carry this is
-in place (no per-step cache copy; the layers are deliberately NOT unrolled -- unrolling made
-XLA:CPU copy the whole cache twice per step).
+re-exported here. ``decode_step`` runs the layers UNROLLED over per-layer weights
+(:mod:`maxk_jax.models.decode`): inside the sampler's ``while_loop`` a scanned layer loop made
+XLA:GPU copy every layer's weights and cache block out of the stacked arrays at every token, while
+static per-layer arrays are read in place. The layers only READ the cache; all layers' new K/V are
+written into slot ``length`` at once afterwards (in place when the cache is donated). Training and
+prefill keep the scan.
 """
 from __future__ import annotations
 

@@ -11,13 +11,14 @@ prompt batch) and ``_filters``
 that the RL rollout and the evaluation sample completions of problems with; ``rollout_copy``: the
 weights in a layout made for decoding, made once per RL step.
 """
-from maxk_jax.sampling._filters import (greedy_logprobs, sampling_logprobs, top_k_mask, top_p_mask,
-                                        validate_filters)
+from maxk_jax.sampling._filters import (filtered_logits, greedy_logprobs, log_softmax_parts, sampling_logprobs,
+                                        top_k_mask, top_p_mask, validate_filters)
 from maxk_jax.sampling._buckets import (MIN_PROMPT_BUCKET, PROMPT_BUCKET_STEP, batch_shards, next_pow2,
                                         pad_prompts, prompt_batch_bucket, prompt_length_bucket)
 from maxk_jax.sampling._sampler import (SampleOutput, SamplerSettings, cache_shardings, decode_loop, draw,
                                         first_argmax, generate, gumbel_max, prefill_prompts, is_stop, record,
-                                        stop_id_array, to_token_lists)
+                                        to_token_lists)
+from maxk_jax.sampling._inputs import stop_id_array
 from maxk_jax.sampling.sampler import (ProblemSamples, Sampler, decode_samples, default_eos_ids,
                                        default_pad_id)
 
@@ -26,6 +27,6 @@ __all__ = [
     "batch_shards", "decode_samples", "default_eos_ids", "default_pad_id",
     "cache_shardings", "decode_loop", "prefill_prompts", "draw",
     "first_argmax", "generate", "greedy_logprobs", "gumbel_max", "is_stop", "next_pow2",
-    "pad_prompts", "prompt_batch_bucket", "prompt_length_bucket", "record", "sampling_logprobs",
+    "filtered_logits", "log_softmax_parts", "pad_prompts", "prompt_batch_bucket", "prompt_length_bucket", "record", "sampling_logprobs",
     "stop_id_array", "to_token_lists", "top_k_mask", "top_p_mask", "validate_filters",
 ]

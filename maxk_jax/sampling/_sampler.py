@@ -26,6 +26,10 @@ How it runs (two jit-compiled functions, config and :class:`SamplerSettings` sta
    attends to the row's prompt (read from the shared block by an einsum that broadcasts over
    the n samples, never an n-fold copy) and to its own generated slots under ONE softmax
    (:func:`maxk_jax.models.kv_cache.attend_decode`): exactly attention over prompt + completion.
+   Before the loop the layer weights are split once into per-layer arrays
+   (:func:`maxk_jax.models.decode.unstack_layers`) and every step runs the layers unrolled over
+   them, so no step copies a weight or a cache block (on GPU a scanned layer loop copied ~1.1x the
+   weight bytes per token). The price: a second copy of the layer weights for the call's duration.
 
 Sampling distribution: :func:`maxk_jax.sampling._filters.sampling_logprobs` (temperature, top-k,
 top-p in that order; truncated and renormalised; temperature 0 = greedy with log-prob 0). The
@@ -88,7 +92,8 @@ from maxk_jax import sharding as sharding_lib
 from maxk_jax.models import decode, qwen2
 from maxk_jax.fields import check_int
 from maxk_jax.sampling._filters import filtered_logits, log_softmax_parts, sampling_logprobs, validate_filters
-from maxk_jax.sampling._buckets import (MIN_PROMPT_BUCKET, batch_shards, next_pow2, pad_prompts, prompt_batch_bucket,
+from maxk_jax.sampling._inputs import check_prompts, sample_keys, stop_id_array
+from maxk_jax.sampling._buckets import (MIN_PROMPT_BUCKET, batch_shards, pad_prompts, prompt_batch_bucket,
                                         prompt_length_bucket)
 
 Params = Any
@@ -315,84 +320,6 @@ def decode_loop(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh
             state.cache)
 
 
-# ----------------------------------------------------------------------------------------------
-# Host-side validation and batching
-# ----------------------------------------------------------------------------------------------
-
-def stop_id_array(eos_id: int | Sequence[int] | None, vocab: int) -> np.ndarray:
-    """Stop ids as int32 [S], S = next_pow2(count) >= 8 (padded with -1, which never matches, so
-    changing the stop ids rarely recompiles). ValueError for ids outside [0, vocab)."""
-    if eos_id is None:
-        ids: list[Any] = []
-    elif isinstance(eos_id, (numbers.Integral, np.integer)):
-        ids = [eos_id]
-    elif isinstance(eos_id, (str, bytes)) or not isinstance(eos_id, (Sequence, np.ndarray)):
-        raise ValueError(f"eos_id must be None, an int or a sequence of ints, got {eos_id!r}")
-    else:
-        ids = list(eos_id)
-    for i in ids:
-        if isinstance(i, bool) or not isinstance(i, (numbers.Integral, np.integer)) or not (
-                0 <= i < vocab):
-            raise ValueError(f"eos_id entries must be ints in [0, {vocab}), got {eos_id!r}")
-    uniq = sorted({int(i) for i in ids})
-    out = np.full((next_pow2(len(uniq), 8),), -1, np.int32)
-    out[:len(uniq)] = uniq
-    return out
-
-
-def _check_prompts(prompts: Sequence[Sequence[int]], config: qwen2.Qwen2Config,
-                   max_new_tokens: int, allow_empty: bool = False) -> list[list[int]]:
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or (
-            not prompts and not allow_empty):
-        raise ValueError(f"prompts must be a non-empty list of token-id lists, got {prompts!r:.80}")
-    limit = config.max_position_embeddings - max_new_tokens
-    out = []
-    for i, p in enumerate(prompts):
-        if isinstance(p, (np.ndarray, jax.Array)):
-            p = np.asarray(p)
-            if p.ndim != 1 or not np.issubdtype(p.dtype, np.integer):
-                raise ValueError(f"prompts[{i}] must be a 1-D integer array, got {p.dtype}{p.shape}")
-            p = p.tolist()
-        if isinstance(p, (str, bytes)) or not isinstance(p, Sequence):
-            raise ValueError(f"prompts[{i}] must be a list of token ids, got {type(p).__name__}")
-        if not p:
-            raise ValueError(f"prompts[{i}] is empty: every prompt needs at least one token")
-        bad = [x for x in p if isinstance(x, bool) or not isinstance(x, numbers.Integral)]
-        if bad:
-            raise ValueError(f"prompts[{i}] contains non-int token {bad[0]!r}")
-        bad = [x for x in p if not 0 <= x < config.vocab_size]
-        if bad:
-            raise ValueError(f"prompts[{i}] token {bad[0]} outside the vocabulary "
-                             f"[0, {config.vocab_size})")
-        if len(p) > limit:
-            raise ValueError(f"prompts[{i}] has {len(p)} tokens > max_position_embeddings "
-                             f"({config.max_position_embeddings}) - max_new_tokens "
-                             f"({max_new_tokens}) = {limit}")
-        out.append([int(x) for x in p])
-    return out
-
-
-def _sample_keys(key: Any, num_prompts: int, n: int) -> jax.Array:
-    """Per-sample typed keys [P, n] from one key (split) or a [P, n] key array (as is)."""
-    if key is None or isinstance(key, (numbers.Number, np.random.Generator)):
-        raise ValueError(f"key must be a jax.random key (e.g. jax.random.key(seed)), got {key!r}")
-    if not isinstance(key, jax.Array):
-        try:
-            key = jnp.asarray(key)
-        except TypeError as err:
-            raise ValueError(f"key must be a jax.random key, got {key!r:.80}") from err
-    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.dtype != jnp.uint32 or key.ndim < 1 or key.shape[-1] != 2:
-            raise ValueError(f"key must be a jax.random.key or a raw uint32 [..., 2] key, got "
-                             f"dtype {key.dtype} shape {key.shape}")
-        key = jax.random.wrap_key_data(key)
-    if key.shape == ():
-        return jax.random.split(key, (num_prompts, n))
-    if key.shape != (num_prompts, n):
-        raise ValueError(f"key array shape {key.shape} must be () or (P, n) = {(num_prompts, n)}")
-    return key
-
-
 def _place_params(params: Params, mesh: Mesh) -> Params:
     """Replicate onto ``mesh`` every leaf that is not already placed on it."""
     def put(x: jax.Array) -> jax.Array:
@@ -421,7 +348,7 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
     check_int(max_new_tokens, "max_new_tokens")
     check_int(min_prompt_bucket, "min_prompt_bucket")
     multi = multihost.spans_processes(mesh)
-    prompts = _check_prompts(prompts, config, max_new_tokens, allow_empty=multi)
+    prompts = check_prompts(prompts, config, max_new_tokens, allow_empty=multi)
     stop_ids = stop_id_array(eos_id, config.vocab_size)
     pad_id = (config.pad_token_id or 0) if pad_id is None else pad_id
     if isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral) or not (
@@ -434,7 +361,7 @@ def generate(config: qwen2.Qwen2Config, params: Params, prompts: Sequence[Sequen
         return _generate_host_block(config, params, prompts, key, settings, stop_ids, int(pad_id), mesh,
                                     min_prompt_bucket)
     num_p = len(prompts)
-    keys = _sample_keys(key, num_p, settings.n)
+    keys = sample_keys(key, num_p, settings.n)
     shards = batch_shards(mesh)
     pb = prompt_batch_bucket(num_p, shards)
     tp = prompt_length_bucket(max(len(p) for p in prompts), min_prompt_bucket)
@@ -483,7 +410,7 @@ def _generate_host_block(config: qwen2.Qwen2Config, params: Params, prompts: lis
     if tuple(getattr(key, "shape", ()))[:2] != (num_p, n):
         raise ValueError(f"on a mesh spanning processes, key must be this host's per-sample key array "
                          f"of shape (P, n) = {(num_p, n)}, got {getattr(key, 'shape', key)!r}")
-    keys = _sample_keys(key, num_p, n)   # [P_h, n]; P_h may be 0
+    keys = sample_keys(key, num_p, n)   # [P_h, n]; P_h may be 0
     _, count = multihost.batch_block(mesh)
     sizes = multihost.allgather_objects([num_p, max((len(p) for p in prompts), default=1)])
     max_p, max_len = max(max(s[0] for s in sizes), 1), max(s[1] for s in sizes)

@@ -90,7 +90,7 @@ def _reference_generate(config, params, prompts, n, t, key, settings, eos):
     tokens, mask = sampling.pad_prompts(prompts, tp, len(prompts), 0)
     first, cache = _sampler.prefill_prompts(config, settings, None, params, tokens, mask)
     lens = jnp.asarray(np.repeat(mask.sum(1), n), jnp.int32)
-    stop = jnp.asarray(_sampler.stop_id_array(eos, config.vocab_size))
+    stop = jnp.asarray(sampling.stop_id_array(eos, config.vocab_size))
     b = len(prompts) * n
     state = _sampler._LoopState(step=jnp.zeros((), jnp.int32), cache=cache, done=jnp.zeros((b,), bool),
                                 tokens=jnp.zeros((b, t), jnp.int32), logprobs=jnp.zeros((b, t), jnp.float32),

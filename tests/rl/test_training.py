@@ -2,6 +2,7 @@
 8-device sharding, truncated log-probs, config errors (tiny random Qwen2, CPU)."""
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -422,3 +423,21 @@ def test_stale_batches_use_three_logprobs(params, estimator, correction):
     np.testing.assert_allclose(m["advantage_mean"], coef.reshape(-1)[valid].mean(), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(m["advantage_max"], coef.reshape(-1)[valid].max(), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(m["stale_clamped_fraction"], clamped, atol=1e-7)
+
+
+def test_train_step_traces_once_per_shape(params, monkeypatch):
+    """A new batch (other values, other lengths, other rewards) of the same shape, on a fresh state,
+    reuses the compiled step: the step's body is traced once (chex.assert_max_traces around the
+    metrics combination every trace runs once); a silent recompilation would fail here."""
+    from maxk_jax.rl import step_metrics
+    monkeypatch.setattr(step_metrics, "combine", chex.assert_max_traces(step_metrics.combine, n=1))
+    cfg = dataclasses.replace(CFG_IS, k=3)   # a config no other test compiles
+    tx = optax.sgd(LR)
+    mesh = single_mesh()
+    _, sh = training.abstract_train_state(CONFIG, tx, mesh)
+    step = training.make_train_step(CONFIG, cfg, tx, mesh, sh)
+    for seed in range(3):
+        state, _ = training.create_train_state(CONFIG, params, tx, mesh)
+        batch = make_batch(params, seed, noise=0.1 * seed, lengths=np.full(P * N, 1 + seed))
+        state, metrics = step(state, sharding.shard_batch(batch, mesh))
+        chex.assert_tree_all_finite(metrics)

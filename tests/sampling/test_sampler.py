@@ -467,3 +467,21 @@ class DrawTest(parameterized.TestCase):
             want = jax.vmap(sampling.gumbel_max)(step_keys, full)
         np.testing.assert_array_equal(np.asarray(tokens), np.asarray(want))
         np.testing.assert_array_equal(np.asarray(logp), np.asarray(full[jnp.arange(12), want]))
+
+
+def test_generate_traces_once_per_bucket(monkeypatch):
+    """Prompts of other lengths and counts inside one (prompt-length, prompt-count) bucket, other
+    keys, stop ids and pad ids reuse the compiled prefill and decode loop, each traced once
+    (chex.assert_max_traces around the cache's creation, which a prefill trace calls once, and
+    around ``record``, which a decode-loop trace calls twice: before the loop and in its body)."""
+    monkeypatch.setattr(qwen2, "init_cache", chex.assert_max_traces(qwen2.init_cache, n=1))
+    monkeypatch.setattr(_sampler, "record", chex.assert_max_traces(_sampler.record, n=2))
+    config = qwen2.Qwen2Config(vocab_size=53, hidden_size=16, intermediate_size=32, num_layers=2, num_heads=2,
+                               num_kv_heads=1, rope_theta=10000.0)   # a shape no other test compiles
+    params = qwen2.init_params(config, jax.random.key(0))
+    cases = [([[5, 6, 7]] * 3, 3, 0), ([[5, 6, 7, 8, 9, 10], [11, 12], [4], [9] * 9], [3, 4], 1),
+             ([[7] * 15] * 3, None, 2)]   # 3-4 prompts of 1-15 tokens: the buckets 4 x 16
+    for prompts, eos, pad in cases:
+        out = sampling.generate(config, params, prompts, n=2, max_new_tokens=5, key=jax.random.key(pad),
+                                eos_id=eos, pad_id=pad)
+        chex.assert_shape(out.tokens, (len(prompts), 2, 5))
