@@ -45,9 +45,11 @@ def define_flags() -> None:
     flags.DEFINE_list("staleness", ["0", "1", "2", "4"], "rollout.max_staleness values (0 = the synchronous cell).")
     flags.DEFINE_list("seeds", ["0"], "RL seeds; every (method, cell) runs once per seed.")
     flags.DEFINE_string("prefix", "async", "Name prefix of the cells' comparison directories and of the grid files.")
-    flags.DEFINE_enum("baseline", "zscore", ["zscore", "loo1"], "Baseline of the max@k estimators: zscore (the "
-                      "paper's maxk_offpolicy / maxk_offpolicy_exact, with GRPO as the peer) or loo1 (the unbiased "
-                      "leave-one-out baseline: maxk_offpolicy_loo1 / maxk_offpolicy_exact_loo1, no GRPO cells).")
+    flags.DEFINE_enum("baseline", "zscore", ["zscore", "loo1", "loo1_rms"], "Baseline of the max@k estimators: zscore (the "
+                      "paper's, with maxk_offpolicy / maxk_offpolicy_exact and GRPO cells), loo1 (the unbiased "
+                      "leave-one-out baseline: maxk_offpolicy_loo1 / maxk_offpolicy_exact_loo1, no GRPO cells) or "
+                      "loo1_rms (the unbiased scale-free form, IS-weighted: maxk_offpolicy_loo1_rms / "
+                      "maxk_offpolicy_exact_loo1_rms, the only family whose behaviour cells validate).")
     flags.DEFINE_string("runs_dir", None, "Runs directory (default: config.runs_dir); the base-model cache is shared "
                         "with experiments.tiny_pipeline and compare_methods.")
     flags.DEFINE_bool("aggregate_only", False, "Train nothing: re-aggregate each cell's evaluated (method, seed) runs "

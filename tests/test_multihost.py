@@ -178,7 +178,9 @@ def test_stale_rollouts_on_two_processes_match_one_process(tiny_ckpt, problems_f
     """rollout.max_staleness=2 on 2 processes x 4 devices (each host's producer inline, its share of
     the prompts) gives the metrics of 1 process x 8 devices (producer thread)."""
     one, two = tmp_path / "one", tmp_path / "two"
-    stale = ["--config.rollout.max_staleness=2", "--config.algo.stale_correction=behaviour"]
+    stale = ["--config.rollout.max_staleness=2", "--config.algo.stale_correction=behaviour",
+             "--config.algo.estimator_options=(('baseline','loo1'),('scale','loo_rms'))",
+             "--config.algo.loss.kind=is_weighted"]
 
     def args(out_dir):
         return [a.replace("--config.max_steps=2", "--config.max_steps=4") for a in
@@ -205,7 +207,8 @@ def test_each_hosts_rollout_sub_mesh_trains_as_one_process(tiny_ckpt, problems_f
         return [a.replace("--config.max_steps=2", "--config.max_steps=3") for a in
                 train_args(tiny_ckpt, problems_file, out_dir)] + [
             "--config.rollout.max_staleness=1", "--config.algo.stale_correction=behaviour",
-            f"--config.rollout.devices={d}"]
+            "--config.algo.estimator_options=(('baseline','loo1'),('scale','loo_rms'))",
+            "--config.algo.loss.kind=is_weighted", f"--config.rollout.devices={d}"]
 
     procs = start("experiments.train", args(two, 2), processes=2, devices=4, cache=compile_cache,
                   distributed=train_cluster_flags)

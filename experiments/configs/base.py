@@ -53,6 +53,17 @@ METHODS: dict[str, Method] = {
     "maxk_offpolicy_is": Method("maxk_offpolicy", loss_kind="is_weighted"),
     # Exact importance-weighted eq. 10 (polynomial DP), rho clamped to [1-c, 1+c], z-scored.
     "maxk_offpolicy_exact": Method("maxk_offpolicy_exact"),
+    # Unbiased and scale-free off-policy max@k (the form `algo.stale_correction=behaviour` accepts):
+    # the LOO-1 baseline (unbiased with the estimator's own importance weights), the coefficients of
+    # each prompt divided by the RMS of the OTHER prompts' coefficients of the micro-batch (a scale
+    # that does not depend on the prompt's own samples: updates as large as the z-scored ones,
+    # expected update parallel to grad max@k), in the §3.3 IS-weighted loss (the clipped loss would
+    # multiply the importance weights by pi_theta/pi_old again at PPO iterations > 0).
+    # Eq. 10 (exact weights) and the first-order r~' of §3.3.
+    "maxk_offpolicy_exact_loo1_rms": Method("maxk_offpolicy_exact", {"baseline": "loo1", "scale": "loo_rms"},
+                                            loss_kind="is_weighted"),
+    "maxk_offpolicy_loo1_rms": Method("maxk_offpolicy", {"baseline": "loo1", "scale": "loo_rms"},
+                                      loss_kind="is_weighted"),
     # On-policy max@k (eq. 9), z-scored (== bon_mean); ignores PPO staleness.
     "maxk": Method("maxk"),
     # RLOO (Ahmadian et al.): leave-one-out mean baseline.

@@ -81,7 +81,8 @@ from typing import Any, Callable
 import jax.numpy as jnp
 
 from maxk_jax.estimators._core import (Array, check_finite, masked_center, masked_zscore,
-                                      prepare_log_ratio, prepare_mask, prepare_rewards, validate_k)
+                                      prepare_log_ratio, prepare_mask, prepare_rewards, rows_view,
+                                      validate_k)
 from maxk_jax.estimators._exact import (loo1_advantage_offpolicy_exact,
                                        maxk_reward_transform_offpolicy_exact)
 from maxk_jax.estimators._maxk import (loo1_advantage, loo1_advantage_offpolicy,
@@ -91,6 +92,8 @@ from maxk_jax.estimators._tang import (majority_vote_advantage, tang_leave_p_out
 
 EstimatorFn = Callable[..., Array]
 BASELINES = ("loo1", "none", "mean", "zscore")
+SCALES = ("none", "batch_rms", "loo_rms")
+UNBIASED_BASELINES = ("loo1", "none")   # the maxk family's baselines whose expected update is exact
 
 
 @dataclass(frozen=True)
@@ -218,11 +221,44 @@ def clamp_log_ratio(log_ratio: Array, clamp_delta: float | None) -> Array:
     return jnp.clip(log_ratio, lo, math.log1p(clamp_delta))
 
 
+def batch_scale(coef: Array, mask: Array, mode: str) -> Array:
+    """Divide coefficients [..., n] by ONE batch-level scale (option ``scale`` of the maxk family).
+
+    The scale is the RMS of the coefficients over the valid samples (``mask``) of the *signal rows*
+    (rows with a non-zero coefficient) of the whole call -- every leading index, i.e. one
+    micro-batch in the train step.  "batch_rms": that RMS, the same for every row; "loo_rms": row b
+    is divided by the RMS over the OTHER rows only (its own row's when no other row has a signal),
+    so row b's scale does not depend on row b's samples and, with independent rows, its expected
+    update is the unbiased one times E[1/scale] > 0.  "none": unchanged.  A call whose coefficients
+    are all 0 stays 0."""
+    if mode == "none":
+        return coef
+    rows, lead = rows_view(coef)
+    m = jnp.broadcast_to(mask, coef.shape).reshape(rows.shape)
+    sq = jnp.where(m, rows * rows, 0)
+    signal = jnp.any(m & (rows != 0), axis=-1)
+    row_sq = jnp.where(signal, jnp.sum(sq, axis=-1), 0)
+    row_cnt = jnp.where(signal, jnp.sum(m, axis=-1), 0).astype(rows.dtype)
+    tot_sq, tot_cnt = jnp.sum(row_sq), jnp.sum(row_cnt)
+    tiny = jnp.finfo(rows.dtype).tiny
+    own = jnp.sqrt(tot_sq / jnp.maximum(tot_cnt, 1))
+    if mode == "batch_rms":
+        scale = jnp.broadcast_to(own, row_sq.shape)
+    else:
+        other_sq, other_cnt = tot_sq - row_sq, tot_cnt - row_cnt
+        other = jnp.sqrt(jnp.maximum(other_sq, 0) / jnp.maximum(other_cnt, 1))
+        scale = jnp.where((other_cnt > 0) & (other > tiny), other, own)
+    out = jnp.where(scale[:, None] > tiny, rows / jnp.maximum(scale, tiny)[:, None], 0)
+    return out.reshape(lead + (coef.shape[-1],))
+
+
 def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
                 clamp_delta: float | None = None, zero_flat_rows: bool = False,
-                zero_flat_transform: bool = False) -> EstimatorFn:
+                zero_flat_transform: bool = False, scale: str = "none") -> EstimatorFn:
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got baseline={baseline!r}")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got scale={scale!r}")
     for option, value in (("zero_flat_rows", zero_flat_rows), ("zero_flat_transform", zero_flat_transform)):
         if not isinstance(value, bool):
             raise ValueError(f"{option} must be a bool, got {option}={value!r}")
@@ -244,8 +280,8 @@ def _build_maxk(kind: str, baseline: str, eps: float, ddof: int,
             lr = clamp_log_ratio(lr, clamp_delta)
             out = _coefficients(r, lr, k, m)
             check_finite(out, name=f"{name} coefficients", mask=m, log_ratio=lr)
-            return jnp.where(keep, out, 0)
-        return jnp.where(keep, _coefficients(r, lr, k, m), 0)
+            return batch_scale(jnp.where(keep, out, 0), keep, scale)
+        return batch_scale(jnp.where(keep, _coefficients(r, lr, k, m), 0), keep, scale)
 
     def _coefficients(r, lr, k, m):
         if baseline == "loo1" and k >= 2:
@@ -322,7 +358,7 @@ def _build_majority(biased: bool, max_subsets: int) -> EstimatorFn:
 
 
 _ZS = dict(eps=1e-6, ddof=0)
-_MAXK = dict(baseline="zscore", eps=1e-6, ddof=0, zero_flat_rows=False, zero_flat_transform=False)
+_MAXK = dict(baseline="zscore", eps=1e-6, ddof=0, zero_flat_rows=False, zero_flat_transform=False, scale="none")
 # Default clamp of the off-policy pair: see "clamp_delta" in docs/results/laptop_table2.md for the measurement.
 DEFAULT_CLAMP_DELTA = 1.0
 _MAXK_OFF = dict(_MAXK, clamp_delta=DEFAULT_CLAMP_DELTA)
@@ -347,6 +383,70 @@ _REGISTRY: dict[str, _Spec] = {
     "majority_vote": _Spec(_build_majority, dict(biased=False, max_subsets=20000),
                            "Tang §3.1 majority voting", needs_answer_ids=True, min_k=2),
 }
+
+
+@dataclass(frozen=True)
+class UpdateClaim:
+    """What the docs claim about the expected update E[sum_i c_i grad log pi(y_i)] of a setting.
+
+    objective: the objective whose gradient it estimates -- "max@k", "max@(k-p)" (leave-p-out),
+    "mean" (= max@1), "tang_eq4" (Tang's eq. 4: E[(k-1)/k r_(k) + 1/k r_(k-1)]) or "own" (an
+    objective of its own: softmax, majority vote); on_policy: unbiased for it with samples from
+    pi_theta (log_ratio = 0); off_policy: "exact" / "first_order" (in delta) with samples from mu
+    and log_ratio = log pi_theta/mu, "no" otherwise; unit_scale: the factor is exactly 1 (per row,
+    summed over its samples), else some positive scalar; clamped: a clamp_delta is set (unbiased
+    only while no ratio reaches it); needs_rows: the claim needs >= 2 independent rows per call
+    (scale="loo_rms")."""
+
+    objective: str
+    on_policy: bool
+    off_policy: str = "no"
+    unit_scale: bool = False
+    clamped: bool = False
+    needs_rows: bool = False
+
+
+_OFF_KIND = {"maxk": "no", "maxk_offpolicy": "first_order", "maxk_offpolicy_exact": "exact"}
+
+
+def update_claim(name: str, **options: Any) -> UpdateClaim:
+    """The documented `UpdateClaim` of estimator `name` with `options` (the registry's defaults
+    for unset ones); the test of tests/rl/test_exactness.py checks every claim exactly."""
+    spec = _spec(name)
+    o = {**spec.defaults, **options}
+    if name in _OFF_KIND:
+        unbiased = (o["baseline"] in UNBIASED_BASELINES and not o["zero_flat_rows"]
+                    and not o["zero_flat_transform"] and o["scale"] in ("none", "loo_rms"))
+        return UpdateClaim("max@k", unbiased, _OFF_KIND[name] if unbiased else "no",
+                           unit_scale=unbiased and o["scale"] == "none",
+                           clamped=o.get("clamp_delta") is not None, needs_rows=o["scale"] == "loo_rms")
+    if name in ("bon_loo1", "tang_loo"):
+        return UpdateClaim("max@k", True, unit_scale=True)
+    if name == "rloo":
+        return UpdateClaim("mean", True)
+    if name == "tang_leave_p_out":
+        return UpdateClaim("max@(k-p)", True)
+    if name == "tang_loo_biased":
+        return UpdateClaim("tang_eq4", True)
+    if name in ("tang_softmax", "majority_vote"):
+        return UpdateClaim("own", not o["biased"])
+    return UpdateClaim("max@k" if name.startswith("bon") else "mean", False)   # grpo, bon_max_*, bon_mean
+
+
+def behaviour_refusal(name: str, **options: Any) -> str | None:
+    """None when estimator `name` with `options` may take the behaviour log-ratio (its expected
+    update stays grad max@k up to a positive scalar under a stale sampler), else ONE line saying
+    what to use instead."""
+    claim = update_claim(name, **options)
+    if claim.off_policy in ("exact", "first_order"):
+        return None
+    o = {**_spec(name).defaults, **options}
+    bad = [f"baseline={o['baseline']!r}"] if o.get("baseline") not in UNBIASED_BASELINES else []
+    bad += [f"scale={o['scale']!r}"] if o.get("scale") not in ("none", "loo_rms") else []
+    bad += [f"{key}=True" for key in ("zero_flat_rows", "zero_flat_transform") if o.get(key)]
+    return (f"{name} with {', '.join(bad) or 'these options'} has a biased "
+            f"expected update under importance weights; use baseline='loo1' with scale='loo_rms' "
+            f"(method maxk_offpolicy_exact_loo1_rms) or stale_correction='tis'")
 
 
 def list_estimators() -> tuple[str, ...]:

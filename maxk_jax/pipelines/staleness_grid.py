@@ -11,7 +11,11 @@ Cells: s = 0 is the synchronous loop (``sync``: maxk_offpolicy, maxk_offpolicy_e
 (per-sample truncated IS on maxk_offpolicy and on GRPO, the peers' baseline). With
 ``baseline="loo1"`` the two max@k estimators use the unbiased leave-one-out baseline instead of the
 paper's z-score (``maxk_offpolicy_loo1``, ``maxk_offpolicy_exact_loo1``) and GRPO is left out: its cells
-do not depend on the max@k baseline (read them from the z-score grid).
+do not depend on the max@k baseline (read them from the z-score grid).  ``baseline="loo1_rms"``: the
+unbiased, scale-free form in the IS-weighted loss (``maxk_offpolicy_loo1_rms``,
+``maxk_offpolicy_exact_loo1_rms`` of the run config's method table), the only family whose ``behaviour``
+cells the run config accepts (``estimators.behaviour_refusal``; the clipped loss is refused with
+behaviour at PPO iterations > 1): the other families' behaviour cells are kept for reading runs made before.
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ from maxk_jax.fields import replace_fields
 
 # the max@k estimators of the grid per baseline: (first-order r~', exact eq. 10)
 FAMILIES = {"zscore": ("maxk_offpolicy", "maxk_offpolicy_exact"),
-            "loo1": ("maxk_offpolicy_loo1", "maxk_offpolicy_exact_loo1")}
+            "loo1": ("maxk_offpolicy_loo1", "maxk_offpolicy_exact_loo1"),
+            "loo1_rms": ("maxk_offpolicy_loo1_rms", "maxk_offpolicy_exact_loo1_rms")}
 PEER = "grpo"
 LABELS = {(m, "behaviour"): f"{m} {kind}" for first, exact in FAMILIES.values()
           for m, kind in ((first, "first-order"), (exact, "exact"))}

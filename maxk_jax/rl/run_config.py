@@ -227,6 +227,10 @@ class AlgoSettings:
                    isinstance(self.tis_cap, (int, float)) and self.tis_cap > 0)
         if not isinstance(self.loss, losses.LossConfig):
             raise ValueError(f"algo.loss={self.loss!r} must be a losses.LossConfig")
+        if self.stale_correction == "behaviour" and self.ppo_iterations > 1 and self.loss.kind == "clipped":
+            raise ValueError(f"algo.stale_correction='behaviour' with algo.ppo_iterations={self.ppo_iterations} needs "
+                             "algo.loss.kind='is_weighted' (the clipped loss multiplies the importance-weighted "
+                             "coefficients by π_θ/π_old again at PPO iterations > 0: a biased update)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

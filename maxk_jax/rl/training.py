@@ -61,7 +61,7 @@ from maxk_jax.rl import logprobs, losses, staleness, step_metrics
 from maxk_jax.rl.step_metrics import DELTA_THRESHOLDS
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.fields import check_real, is_int
-from maxk_jax.estimators import estimator_info, estimator_options, get_estimator
+from maxk_jax.estimators import behaviour_refusal, estimator_info, estimator_options, get_estimator
 from maxk_jax.models import qwen2
 from maxk_jax.sampling import SamplerSettings
 
@@ -86,7 +86,8 @@ class StepConfig:
     metric (a softmax pass over V); logprob_chunk: vocabulary columns per chunk of the log-prob
     pass (``logprobs.completion_logprobs``'s vocab_chunk; None = ``logprobs.pick_vocab_chunk(V)``);
     stale_correction / tis_cap: how a batch with ``behaviour_logp`` (a stale or mismatched sampler) is
-    corrected, ``staleness.CORRECTIONS`` ("behaviour" only for estimators that read log-ratios).
+    corrected, ``staleness.CORRECTIONS`` ("behaviour" only for estimators that read log-ratios, with a
+    setting whose expected update stays unbiased: ``estimators.behaviour_refusal``).
     """
 
     estimator: str
@@ -125,6 +126,10 @@ class StepConfig:
             raise ValueError(f"stale_correction='behaviour' feeds the behaviour log-ratio to the estimator, but "
                              f"{self.estimator!r} reads no log-ratio (use maxk_offpolicy / maxk_offpolicy_exact, "
                              "or 'tis')")
+        if self.stale_correction == "behaviour":
+            why = behaviour_refusal(self.estimator, **dict(self.estimator_options))
+            if why is not None:
+                raise ValueError(f"stale_correction='behaviour' needs an unbiased estimator setting: {why}")
         check_real(self.tis_cap, "tis_cap", "a finite number > 0",
                    isinstance(self.tis_cap, (int, float)) and self.tis_cap > 0)
         fn = self.estimator_fn()

@@ -217,7 +217,9 @@ def _args(tiny_ckpt, problems_file, out_dir):
             "--config.eval.sampler.max_new_tokens=8"]
 
 
-STALE = ["--config.rollout.max_staleness=2", "--config.algo.stale_correction=behaviour"]
+STALE = ["--config.rollout.max_staleness=2", "--config.algo.stale_correction=behaviour",
+         "--config.algo.estimator_options=(('baseline','loo1'),('scale','loo_rms'))",
+         "--config.algo.loss.kind=is_weighted"]
 
 
 @pytest.mark.slow

@@ -197,7 +197,9 @@ def test_stale_runs_do_not_depend_on_the_threads(warm_ckpt, problems_file, tmp_p
                             functools.partial(P.RolloutProducer, threaded=threaded))
         cfg = small_config(warm_ckpt, problems_file, tmp_path / str(threaded), max_steps=5,
                            **{"eval.interval": 0, "log.tensorboard": False, "rollout.max_staleness": 2,
-                              "algo.stale_correction": "behaviour"})
+                              "algo.stale_correction": "behaviour",
+                              "algo.estimator_options": (("baseline", "loo1"), ("scale", "loo_rms")),
+                              "algo.loss.kind": "is_weighted"})
         rl_loop.run(cfg, progress=False)
         out[threaded] = [deterministic(r) for r in read_metrics(tmp_path / str(threaded) / "metrics.jsonl")]
     assert out[True] == out[False]
