@@ -152,7 +152,9 @@ def _fused_traffic(comp: _Comp, operand_shapes: list[str]) -> tuple[int, int]:
 
 def decode_step_costs(text: str) -> dict[str, Any]:
     """Per iteration of the decode ``while`` loop of an optimized HLO module (the while whose body
-    reaches the most computations; its condition counted too): ``{"kernels", "materialized_bytes",
+    reaches the most computations; its condition counted too, as the conditions of nested loops
+    without a ``known_trip_count``: XLA:GPU runs a loop of known trip count without evaluating its
+    condition): ``{"kernels", "materialized_bytes",
     "est_bytes", "copies": [{"op", "name", "shape", "bytes", "times"}], "kernel_ops": {opcode: count},
     "traffic": [{"op", "name", "bytes", "times"}] (every launched op, largest total first)}``
     (every figure already multiplied by the trip counts of the nested loops it sits in)."""
@@ -212,7 +214,8 @@ def decode_step_costs(text: str) -> dict[str, Any]:
                 trip = _TRIP.search(line)
                 n = int(trip.group(1)) if trip else 1
                 walk(_need(r"body=%?([\w.\-]+)", line), times * n, stack | {name})
-                walk(_need(r"condition=%?([\w.\-]+)", line), times * (n + 1 if trip else 1), stack | {name})
+                if not trip:    # a loop of known trip count runs its body that often, never its condition
+                    walk(_need(r"condition=%?([\w.\-]+)", line), times, stack | {name})
             elif op in ("conditional", "call", "async-start"):
                 for called in sample_plan._called(line):   # a branch counted as if taken: an upper bound
                     walk(called, times, stack | {name})
@@ -238,8 +241,10 @@ def target_config(target: str = "h100") -> tuple[str, str]:
 def plugin_available() -> bool:
     """True when a CUDA PJRT plugin for this jax is importable (what a deviceless compile needs)."""
     import importlib.util
-    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None or importlib.util.find_spec(
-        "jax_plugins.xla_cuda13") is not None
+    try:
+        return any(importlib.util.find_spec(f"jax_plugins.xla_cuda{v}") is not None for v in (12, 13))
+    except ModuleNotFoundError:     # no jax_plugins namespace at all
+        return False
 
 
 @functools.cache
