@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import pathlib
 import re
@@ -59,10 +60,26 @@ NOT_LAUNCHED = frozenset({
 PLUGIN_HINT = (f"a GPU plan needs the CUDA plugin for jax {jax.__version__}: pip install "
                f"'jax-cuda12-plugin[with-cuda]=={jax.__version__}' 'jax-cuda12-pjrt=={jax.__version__}' "
                "(the gpu-plan extra), then run with JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1")
+#: element-preserving ops a fused parameter may pass through before it is sliced
+PASS_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose"})
 SLICE_ROOTS = frozenset({"dynamic-slice", "slice", "copy"})
+_DIMS = re.compile(r"\[([\d,]*)\]")
+_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=(\{[^}]*\}|%?[\w.\-]+)")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 _OPERANDS = re.compile(r"%([\w.\-]+)")
+
+
+def _elements(shape: str) -> int:
+    """Element count of an array shape string: ``'bf16[2,3]{1,0}'`` -> 6."""
+    dims = _DIMS.search(shape)
+    return math.prod(int(d) for d in dims.group(1).split(",") if d) if dims else 1
+
+
+def _called(line: str) -> list[str]:
+    """Computations an instruction line calls (fusion bodies, loop bodies / conditions, branches)."""
+    return [name.strip().lstrip("%") for group in _CALLED.findall(line) for name in group.strip("{}").split(",")
+            if name.strip()]
 
 
 def _need(pattern: str, line: str) -> str:
@@ -115,16 +132,17 @@ def _root_op(comp: _Comp) -> tuple[str, str]:
 
 def _fused_traffic(comp: _Comp, operand_shapes: list[str]) -> tuple[int, int]:
     """(bytes read, bytes written) by a fused computation with the given operand shapes: a
-    parameter used only as the source of slices / gathers counts at their result size; a
+    parameter used only as the source of slices / gathers (possibly through element-preserving ops:
+    ``PASS_THROUGH``) counts at their result size (in its own dtype); a
     ``dynamic-update-slice`` root (or tuple of them) writes its update into its operand 0 in
     place (that buffer is neither read nor written whole)."""
-    users: dict[str, list[tuple[str, str, list[str]]]] = {}
+    users: dict[str, list[tuple[str, str, str, list[str]]]] = {}
     params: dict[int, str] = {}
     for name, shape, op, line in comp.instructions:
         if op == "parameter":
             params[int(_need(r"parameter\((\d+)\)", line))] = name
         for o in _operands(line):
-            users.setdefault(o, []).append((shape, op, _operands(line)))
+            users.setdefault(o, []).append((name, shape, op, _operands(line)))
     root_shape, root_op, root_line = comp.root
     roots = [(root_shape, root_op, _operands(root_line))]
     if root_op == "tuple":
@@ -137,16 +155,35 @@ def _fused_traffic(comp: _Comp, operand_shapes: list[str]) -> tuple[int, int]:
             written += memory_plan.shape_bytes(comp.by_name[ops[1]][0]) if ops[1] in comp.by_name else 0
         else:
             written += memory_plan.shape_bytes(shape)
+    def sliced_elements(name: str, depth: int = 0) -> int | None:
+        """Elements of ``name`` the fusion reads when every path from it reaches a slice (through
+        element-preserving ops), else None (read whole). In-place update targets read nothing."""
+        uses = users.get(name, [])
+        if not uses or depth > 8:
+            return None
+        total = 0
+        for user, shape, op, ops in uses:
+            if op in ("dynamic-slice", "slice", "gather") and ops[0] == name:
+                total += _elements(shape)
+            elif op == "dynamic-update-slice" and ops[0] == name and name in in_place:
+                continue
+            elif op in PASS_THROUGH and len(ops) == 1:
+                inner = sliced_elements(user, depth + 1)
+                if inner is None:
+                    return None
+                total += inner
+            else:
+                return None
+        return total
+
     read = 0
     for i, shape in enumerate(operand_shapes):
         name = params.get(i)
-        uses = users.get(name, []) if name is not None else []
-        sliced = [s for s, op, ops in uses if op in ("dynamic-slice", "slice", "gather") and ops[0] == name]
-        updated = [1 for _, op, ops in uses if op == "dynamic-update-slice" and ops[0] == name and name in in_place]
-        if uses and len(sliced) + len(updated) == len(uses):
-            read += sum(memory_plan.shape_bytes(s) for s in sliced)
-        else:
+        elements = sliced_elements(name) if name is not None else None
+        if elements is None:
             read += memory_plan.shape_bytes(shape)
+        else:
+            read += elements * memory_plan.shape_bytes(shape) // max(_elements(shape), 1)
     return read, written
 
 
@@ -171,7 +208,7 @@ def decode_step_costs(text: str) -> dict[str, Any]:
                 continue
             seen.add(c)
             for *_, line in comps[c].instructions:
-                todo += sample_plan._called(line)
+                todo += _called(line)
         return seen
 
     outer = max((_need(r"body=%?([\w.\-]+)", w) for w in whiles), key=lambda b: len(reachable(b)))
@@ -217,7 +254,7 @@ def decode_step_costs(text: str) -> dict[str, Any]:
                 if not trip:    # a loop of known trip count runs its body that often, never its condition
                     walk(_need(r"condition=%?([\w.\-]+)", line), times, stack | {name})
             elif op in ("conditional", "call", "async-start"):
-                for called in sample_plan._called(line):   # a branch counted as if taken: an upper bound
+                for called in _called(line):   # a branch counted as if taken: an upper bound
                     walk(called, times, stack | {name})
             elif op not in NOT_LAUNCHED:
                 launched(comp, iname, shape, op, line, times)

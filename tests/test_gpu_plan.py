@@ -34,6 +34,13 @@ HLO = """HloModule jit_decode_loop
   ROOT %add.9 = f32[2,8]{1,0} add(%param_0.2, %param_1.2)
 }
 
+%fused_read_row (param_0.3: bf16[4,32]) -> f32[1,32] {
+  %param_0.3 = bf16[4,32]{1,0} parameter(0)
+  %cv = f32[4,32]{1,0} convert(%param_0.3)
+  %sl = f32[1,32]{1,0} slice(%cv), slice={[1:2], [0:32]}
+  ROOT %neg = f32[1,32]{1,0} negate(%sl)
+}
+
 %layer_body (p: (s32[], bf16[4,8,16], bf16[2,8])) -> (s32[], bf16[4,8,16], bf16[2,8]) {
   %p = (s32[], bf16[4,8,16]{2,1,0}, bf16[2,8]{1,0}) parameter(0)
   %i = s32[] get-tuple-element(%p), index=0
@@ -61,6 +68,8 @@ HLO = """HloModule jit_decode_loop
   %row = f32[1,32]{1,0} constant({...})
   %upd = f32[4,32]{1,0} fusion(%cache, %row, %s), kind=kLoop, calls=%fused_update
   %h2 = f32[2,8]{1,0} fusion(%h, %h), kind=kLoop, calls=%fused_add
+  %kv = bf16[4,32]{1,0} constant({...})
+  %one = f32[1,32]{1,0} fusion(%kv), kind=kLoop, calls=%fused_read_row
   %mc = f32[2,8]{1,0} custom-call(%h2), custom_call_target="__gpu$xla.gpu.memcpy"
   ROOT %u = (s32[], f32[4,32]{1,0}, f32[2,8]{1,0}) tuple(%s, %upd, %mc)
 }
@@ -84,16 +93,17 @@ ENTRY %main (a: f32[2,8]) -> f32[2,8] {
 def test_decode_step_costs_of_a_hand_written_module():
     r = gpu_plan.decode_step_costs(HLO)
     # per layer: slice fusion, gemm, copy (x 4 layers; the condition of a loop of known trip count
-    # never runs); per step: update fusion, add fusion, memcpy, and the step condition's compare
-    assert r["kernel_ops"] == {"fusion": 4 + 2, "custom-call": 4 + 1, "copy": 4, "compare": 1}
-    assert r["kernels"] == 16
+    # never runs); per step: update, add and row fusions, memcpy, and the step condition's compare
+    assert r["kernel_ops"] == {"fusion": 4 + 3, "custom-call": 4 + 1, "copy": 4, "compare": 1}
+    assert r["kernels"] == 17
     # slices: 8*16 bf16 = 256 B x 4; copy of bf16[2,16] = 64 B x 4; memcpy f32[2,8] = 64 B
     assert r["materialized_bytes"] == 256 * 4 + 64 * 4 + 64
     assert {(c["name"], c["bytes"], c["times"]) for c in r["copies"]} == {
         ("slice_fusion", 256, 4), ("y2", 64, 4), ("mc", 64, 1)}
     per_layer = (256 + 4 + 256) + (32 + 256 + 64 + 64) + (64 + 64)   # the slice reads 256 B of the stack
     # the update reads its row and index and writes the row in place (not the whole [4, 32] cache)
-    per_step = (128 + 4 + 128) + (64 + 64 + 64) + (64 + 64) + (4 + 4 + 1)
+    # the row fusion reads one bf16 row of the [4, 32] operand it converts and slices (64 B), writes 128 B
+    per_step = (128 + 4 + 128) + (64 + 64 + 64) + (64 + 128) + (64 + 64) + (4 + 4 + 1)
     assert r["est_bytes"] == 4 * per_layer + per_step
     assert r["traffic"][0]["name"] == "slice_fusion"
 
