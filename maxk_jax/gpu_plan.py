@@ -189,12 +189,12 @@ def _fused_traffic(comp: _Comp, operand_shapes: list[str]) -> tuple[int, int]:
 
 def decode_step_costs(text: str) -> dict[str, Any]:
     """Per iteration of the decode ``while`` loop of an optimized HLO module (the while whose body
-    reaches the most computations; its condition counted too, as the conditions of nested loops
-    without a ``known_trip_count``: XLA:GPU runs a loop of known trip count without evaluating its
-    condition): ``{"kernels", "materialized_bytes",
-    "est_bytes", "copies": [{"op", "name", "shape", "bytes", "times"}], "kernel_ops": {opcode: count},
-    "traffic": [{"op", "name", "bytes", "times"}] (every launched op, largest total first)}``
-    (every figure already multiplied by the trip counts of the nested loops it sits in)."""
+    reaches the most computations) -> ``{"kernels", "materialized_bytes", "est_bytes",
+    "kernel_ops": {opcode: count}, "copies": [{"op", "name", "shape", "bytes", "times"}],
+    "traffic": [{"op", "name", "bytes", "times"}] (every launched op, largest total first)}``, every
+    figure multiplied by the trip counts of the nested loops it sits in. The loop's condition
+    counts once per iteration, as do those of nested loops without a ``known_trip_count`` (XLA:GPU
+    runs a loop of known trip count without evaluating its condition). ValueError without a loop."""
     comps = _parse(text)
     whiles = [line for c in comps.values() for _, _, op, line in c.instructions if op == "while"]
     if not whiles:
