@@ -24,12 +24,14 @@ this run on ``jax.devices()[0]``:
   tokens, 4 micro-batches, float32 params + bf16 compute, remat, Adam) per ``--train_attention``
   (``auto`` = cuDNN flash attention on GPU); tokens/s = B x S / step time, model FLOP/s = 3 x
   forward matmul FLOPs (projections on B x S tokens, attention on the S x S square, LM head on
-  the B x T completion positions), peak device memory.
+  the B x T completion positions), peak device memory (JAX's counter: the process's peak so far).
 * ``torch_train`` (needs torch): the same loss form (is_weighted: -sg(c) logp on the trust-region
   tokens, sequence aggregation; c = the group z-scored rewards) in PyTorch + transformers: float32
   params, bf16 autocast, gradient checkpointing, sdpa, ``logits_to_keep``, Adam, the same batch
   and micro-batches.
 
+Order: the torch baselines first (their memory is handed back), then the ceilings, the train step
+and the decode; ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set (JAX and torch share the GPU).
 Writes ``bench_accelerator.{json,md,png}`` to ``--results_dir`` and prints the markdown table.
 Needs the project's dependencies (ml_collections included: it is pure Python, ``pip install
 ml_collections`` on a GPU image that lacks it) and, for the baselines, torch + transformers.
@@ -235,6 +237,16 @@ def _torch_sync() -> None:
         torch.cuda.synchronize()
 
 
+def _torch_free() -> None:
+    """Hand the torch caching allocator's memory back to the driver (JAX runs after the baselines)."""
+    import gc
+
+    import torch
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def _hf_model(config: Any, dtype: Any) -> Any:
     import torch
     import transformers
@@ -267,7 +279,8 @@ def hf_generate(config: Any, case: tuple[int, int, int, int], seed: int) -> dict
     if tuple(out.shape) != (p * n, tp + t):
         raise RuntimeError(f"transformers generate returned {tuple(out.shape)}, expected {(p * n, tp + t)}")
     steady, all_s = _median_time(gen, 2)
-    del model
+    del model, out
+    _torch_free()
     return {"prompts": p, "n": n, "prompt_len": tp, "new_tokens": t, "first_call_s": first, "steady_s": steady,
             "all_s": all_s, "tok_per_s": p * n * t / steady}
 
@@ -322,6 +335,7 @@ def torch_train(config: Any, data: dict[str, np.ndarray], n: int, micro: int, re
     if dev.type == "cuda":
         out["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
     del model, opt
+    _torch_free()
     return out
 
 
@@ -452,9 +466,22 @@ def main(argv: list[str]) -> None:
         res["parts_s"][name] = time.perf_counter() - t0
         print(f"{name}: done in {res['parts_s'][name]:.1f} s", flush=True)
 
+    # order: the torch baselines first (their memory goes back to the driver after them), then JAX's
+    # parts: the train step before the decode, as JAX's peak-memory counter never resets
+    presets = {"tiny": _smoke_config()} if smoke else {p: qwen2.preset(p) for p in FLAGS.presets}
+    first_name, first_config = next(iter(presets.items()))
+    p, n, k, micro, sp, t = (4, 2, 2, 2, 32, 16) if smoke else (16, 8, 4, 4, 512, 256)
+    data = train_batch(np.random.default_rng(FLAGS.seed), p * n, n, sp, t, first_config.vocab_size)
+    train_config = (first_config if smoke else qwen2.preset(TRAIN_PRESET)).replace(
+        dtype="bfloat16", param_dtype="float32", remat=True)
+    res["train_preset"] = "tiny" if smoke else TRAIN_PRESET
+    res["train_shape"] = f"{p * n} x {sp + t} tokens, {micro} micro-batches, k = {k}"
+    part("hf_generate", lambda: {"preset": first_name, **hf_generate(first_config, cases[0], FLAGS.seed)})
+    part("torch_train", lambda: torch_train(train_config, data, n, micro, FLAGS.repeats))
     part("ceilings", lambda: ceilings(FLAGS.bandwidth_mib, FLAGS.matmul_size))
     bandwidth = res.get("ceilings", {}).get("hbm_bytes_per_s")
-    presets = {"tiny": _smoke_config()} if smoke else {p: qwen2.preset(p) for p in FLAGS.presets}
+    part("train", lambda: [jax_train(train_config.replace(attention=a), data, n, k, micro, FLAGS.repeats, FLAGS.seed)
+                           for a in FLAGS.train_attention])
 
     def decode_all() -> list[dict[str, Any]]:
         rows = []
@@ -471,18 +498,6 @@ def main(argv: list[str]) -> None:
         return rows
 
     part("decode", decode_all)
-    first_name, first_config = next(iter(presets.items()))
-    part("hf_generate", lambda: {"preset": first_name, **hf_generate(first_config, cases[0], FLAGS.seed)})
-
-    p, n, k, micro, sp, t = (4, 2, 2, 2, 32, 16) if smoke else (16, 8, 4, 4, 512, 256)
-    data = train_batch(np.random.default_rng(FLAGS.seed), p * n, n, sp, t, first_config.vocab_size)
-    train_config = (first_config if smoke else qwen2.preset(TRAIN_PRESET)).replace(
-        dtype="bfloat16", param_dtype="float32", remat=True)
-    res["train_preset"] = "tiny" if smoke else TRAIN_PRESET
-    res["train_shape"] = f"{p * n} x {sp + t} tokens, {micro} micro-batches, k = {k}"
-    part("train", lambda: [jax_train(train_config.replace(attention=a), data, n, k, micro, FLAGS.repeats, FLAGS.seed)
-                           for a in FLAGS.train_attention])
-    part("torch_train", lambda: torch_train(train_config, data, n, micro, FLAGS.repeats))
     res["total_s"] = time.perf_counter() - t_start
 
     out = pathlib.Path(FLAGS.results_dir)
@@ -496,6 +511,8 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    # JAX would take 75 % of the GPU at start-up; the torch baselines in this process need theirs
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     from maxk_jax import cli
     define_flags()
     cli.run_main(main)
