@@ -17,6 +17,15 @@ the rollout mesh), and prints, per mesh, the line
 token), the per-device bytes of weights, KV cache and temporaries, the largest collectives, the
 KV cache of the shared-prefix example (``--kv_example``) and a memory-bandwidth roofline of one
 decode step. Writes ``plan_sample.{json,md}`` to ``--results_dir``.
+
+``--target=h100``: instead, compile the decode loop for one NVIDIA H100 without a GPU (needs the
+CUDA plugin, the ``cuda`` extra's libraries; :mod:`maxk_jax.gpu_plan`) and print, per preset, what one
+decode step launches and moves in the optimized GPU HLO: slice/copy bytes materialised (and their
+percentage of the bf16 weight bytes), kernels, the estimated bytes moved next to the ideal bytes,
+and the compile time; writes ``plan_sample_h100.{json,md}``::
+
+    JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 python -m experiments.plan_sample --target=h100 \
+        --presets=qwen2.5-coder-1.5b
 """
 from __future__ import annotations
 
@@ -27,6 +36,9 @@ from maxk_jax.simulated_devices import devices_flag, request_cpu_devices  # isor
 
 NUM_DEVICES = devices_flag(sys.argv[1:])   # --devices sizes the simulated CPU platform: before JAX starts
 request_cpu_devices(NUM_DEVICES)
+if any(a.startswith("--target=") and a != "--target=cpu" for a in sys.argv[1:]):
+    import os  # isort: skip
+    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")   # a deviceless GPU: no driver to check
 
 import json  # noqa: E402
 import pathlib  # noqa: E402
@@ -54,6 +66,10 @@ flags.DEFINE_list("kv_example", ["1", "128", "1024", "256"],
                   "prompts,n,prompt_len,new_tokens of the KV-cache example printed for the 7B preset.")
 flags.DEFINE_integer("top", 5, "Largest collectives listed per plan.")
 flags.DEFINE_string("results_dir", "runs/plan_sample", "Directory for plan_sample.{json,md}.")
+flags.DEFINE_enum("target", "cpu", ["cpu", "h100"],
+                  "cpu: plan on --devices simulated CPU devices; h100: compile for one H100 without a GPU (CUDA "
+                  "plugin needed) and report the decode step's copies, kernels and bytes (--layouts, "
+                  "--params_layouts, --devices and --kv_example unused).")
 
 GIB = 1024 ** 3
 
@@ -110,11 +126,38 @@ def _roofline_markdown(rows: list[dict]) -> list[str]:
     return out
 
 
+def _gpu_main() -> None:
+    """--target=h100: the deviceless GPU compile of the decode loop per preset."""
+    from maxk_jax import gpu_plan
+    from maxk_jax.sampling import SamplerSettings
+    settings = SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.new_tokens)
+    reports, lines = [], []
+    for preset in FLAGS.presets:
+        config = qwen2.preset(preset, dtype=FLAGS.dtype)
+        r = gpu_plan.gpu_decode_report(config, settings, FLAGS.prompts, FLAGS.prompt_len, FLAGS.target)
+        reports.append({"preset": preset, **{k: v for k, v in r.items() if k != "traffic"},
+                        "traffic": r["traffic"][:20]})
+        lines += [f"{preset}: {FLAGS.prompts} prompts x n={FLAGS.n}, {FLAGS.prompt_len}-token prompts, "
+                  f"{FLAGS.new_tokens} new tokens, {FLAGS.dtype}", *gpu_plan.report_lines(r, FLAGS.top), ""]
+    out = pathlib.Path(FLAGS.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"plan_sample_{FLAGS.target}.md").write_text("\n".join(lines) + "\n")
+    (out / f"plan_sample_{FLAGS.target}.json").write_text(json.dumps(reports, indent=1))
+    print("\n".join(lines))
+    print(f"wrote {out}/plan_sample_{FLAGS.target}.{{md,json}}")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     with cli.user_errors():
         _check_flags()
+    if FLAGS.target != "cpu":
+        from maxk_jax import gpu_plan
+        if not gpu_plan.plugin_available():
+            raise cli.UserError(f"--target={FLAGS.target}: {gpu_plan.PLUGIN_HINT}")
+        _gpu_main()
+        return
     rows, lines = [], []
     table = [f"Decode loop, {FLAGS.prompts} prompts x n={FLAGS.n} = {FLAGS.prompts * FLAGS.n} rows, "
              f"{FLAGS.prompt_len}-token prompts, {FLAGS.new_tokens} new tokens, compute {FLAGS.dtype}; "

@@ -97,8 +97,9 @@ def define_flags(*, param_dtype: str, results_dir: str, flag_values: flags.FlagV
     flags.DEFINE_enum("param_dtype", param_dtype, ["bfloat16", "float32"],
                       "Parameter storage dtype (Adam state too, in the train-step plan).", flag_values=fv)
     flags.DEFINE_bool("remat", True, "Rematerialise each decoder layer in the backward pass.", flag_values=fv)
-    flags.DEFINE_enum("attention", "chunked", ["xla", "chunked", "dot_product"],
-                      "Attention of the forward/backward (maxk_jax.models.attention).", flag_values=fv)
+    flags.DEFINE_enum("attention", "chunked", ["auto", "xla", "chunked", "dot_product"],
+                      "Attention of the forward/backward (maxk_jax.models.attention; auto = dot_product on GPU, "
+                      "chunked elsewhere).", flag_values=fv)
     flags.DEFINE_integer("attention_chunk", 512, "Queries per block of the chunked attention.", flag_values=fv)
     flags.DEFINE_list("layouts", ["fsdp8", "fsdp4_tensor2", "fsdp2_tensor4", "data2_fsdp4"],
                       "Mesh layouts to plan, e.g. fsdp4_tensor2 (sizes must multiply to the devices).",

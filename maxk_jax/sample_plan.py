@@ -112,6 +112,29 @@ def _sharded(x: Any, sharding: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
 
 
+def abstract_decode_inputs(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: jax.sharding.Mesh,
+                           params_layout: str, prompts: int, prompt_len: int
+                           ) -> tuple[Any, tuple[Any, ...], dict[str, int]]:
+    """Sharded ShapeDtypeStructs of everything ``sampling.decode_loop`` takes after its static
+    arguments, for ``prompts`` x ``settings.n`` rows of a ``prompt_len``-token prompt (bucketed as
+    the sampler does) on ``mesh`` -> (params (:func:`abstract_params`), the loop's other arguments
+    (first logits [B, V], cache, keys, prompt lengths, dummy rows, stop ids, pad id), ``{"rows": B,
+    "prompt_bucket": Tp}``)."""
+    tp = prompt_length_bucket(prompt_len)
+    pb = prompt_batch_bucket(prompts, batch_shards(mesh))
+    b = pb * settings.n
+    params = abstract_params(config, mesh, params_layout)
+    cache = jax.eval_shape(lambda: qwen2.init_cache(config, pb, tp, max(settings.max_new_tokens - 1, 1), settings.n))
+    cache = jax.tree.map(_sharded, cache, cache_shardings(cache, mesh))
+    rows = sh.batch_sharding(mesh, 1)
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), b))
+    args = (_sharded(jax.ShapeDtypeStruct((b, config.vocab_size), jnp.float32), sh.batch_sharding(mesh, 2)),
+            cache, _sharded(keys, rows), _sharded(jax.ShapeDtypeStruct((b,), jnp.int32), rows),
+            _sharded(jax.ShapeDtypeStruct((b,), jnp.bool_), rows),
+            jax.ShapeDtypeStruct((8,), jnp.int32), jax.ShapeDtypeStruct((), jnp.int32))
+    return params, args, {"rows": b, "prompt_bucket": tp}
+
+
 def plan_decode(config: qwen2.Qwen2Config, layout: str, params_layout: str, *, prompts: int, n: int,
                 prompt_len: int, new_tokens: int) -> dict[str, Any]:
     """AOT-compile the sampler's decode loop for ``prompts`` x ``n`` rows of a ``prompt_len``-token
@@ -123,18 +146,8 @@ def plan_decode(config: qwen2.Qwen2Config, layout: str, params_layout: str, *, p
     if params_layout == "rollout":
         mesh = rollout_copy.RolloutLayout.create(config, mesh).mesh
     settings = SamplerSettings(n=n, max_new_tokens=new_tokens)
-    tp = prompt_length_bucket(prompt_len)
-    pb = prompt_batch_bucket(prompts, batch_shards(mesh))
-    b = pb * n
-    params = abstract_params(config, mesh, params_layout)
-    cache = jax.eval_shape(lambda: qwen2.init_cache(config, pb, tp, max(new_tokens - 1, 1), n))
-    cache = jax.tree.map(_sharded, cache, cache_shardings(cache, mesh))
-    rows = sh.batch_sharding(mesh, 1)
-    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), b))
-    args = (_sharded(jax.ShapeDtypeStruct((b, config.vocab_size), jnp.float32), sh.batch_sharding(mesh, 2)),
-            cache, _sharded(keys, rows), _sharded(jax.ShapeDtypeStruct((b,), jnp.int32), rows),
-            _sharded(jax.ShapeDtypeStruct((b,), jnp.bool_), rows),
-            jax.ShapeDtypeStruct((8,), jnp.int32), jax.ShapeDtypeStruct((), jnp.int32))
+    params, args, info = abstract_decode_inputs(config, settings, mesh, params_layout, prompts, prompt_len)
+    cache = args[1]
     t0 = time.perf_counter()
     with sh.activation_sharding(mesh):
         compiled = decode_loop.lower(config, settings, mesh, params, *args).compile()
@@ -142,7 +155,7 @@ def plan_decode(config: qwen2.Qwen2Config, layout: str, params_layout: str, *, p
     text = compiled.as_text()
     collectives = loop_collectives(text)
     row.update(
-        mesh=layout, params_layout=params_layout, rows=b, prompt_bucket=tp,
+        mesh=layout, params_layout=params_layout, **info,
         decode_mesh="_".join(f"{a}{mesh.shape[a]}" for a in sh.MESH_AXES if mesh.shape[a] > 1) or "single",
         weights=memory_plan.state_bytes_per_device(params),
         kv_cache=memory_plan.state_bytes_per_device(cache),

@@ -117,3 +117,12 @@ def test_cli_prints_one_collective_line_per_mesh_under_one_percent(tmp_path):
     for line in lines:
         assert float(line.rsplit("(", 1)[1].split("%")[0]) < 1.0, line
     assert (tmp_path / "plan_sample.md").exists() and (tmp_path / "plan_sample.json").exists()
+
+
+def test_cli_gpu_target_without_the_plugin_says_what_to_install(tmp_path):
+    from maxk_jax import gpu_plan
+    if gpu_plan.plugin_available():
+        pytest.skip("the CUDA plugin is installed here (tests/test_gpu_plan.py compiles for the H100)")
+    out = _plan("--target=h100", "--presets=qwen2.5-coder-1.5b", f"--results_dir={tmp_path}/r")
+    assert out.returncode == 2 and "jax-cuda12-plugin" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert not (tmp_path / "r").exists()

@@ -7,7 +7,7 @@ the keys, never NaN.
 
 * ``"xla"`` (:func:`attend`): one einsum, float32 scores and softmax over the whole [T, S] square
   -- ``H * T * S * 4`` bytes per sequence, and the same again saved for the backward pass.
-* ``"chunked"`` (:func:`attend_chunked`, the default): the same arithmetic on blocks of
+* ``"chunked"`` (:func:`attend_chunked`, what ``"auto"`` picks off GPUs): the same arithmetic on blocks of
   ``chunk`` queries, one block after another (``lax.map``), each block rematerialised in the
   backward pass: at most ``H * chunk * S * 4`` bytes of scores live at a time, and nothing of
   size [T, S] is saved for the gradient. Each row's softmax is the full one (no online merging),
@@ -15,7 +15,13 @@ the keys, never NaN.
   (:func:`query_block`); sequences of at most ``chunk`` tokens take the "xla" path.
 * ``"dot_product"`` (:func:`attend_dot_product`): ``jax.nn.dot_product_attention``, which picks
   cuDNN's fused flash attention on GPU where it applies and XLA's reference elsewhere (on CPU it
-  materialises the scores like "xla"). Not measured on a GPU by this project.
+  materialises the scores like "xla"). On one H100 (1.5B train step, 128 x 768 tokens, remat,
+  bf16 compute) it ran 1.21x faster than "chunked" (35.3k vs 29.1k tokens/s).
+* ``"auto"`` (the ``Qwen2Config`` default; :func:`resolve`): ``"dot_product"`` when compiling
+  for a GPU, ``"chunked"`` for anything else (CPU, TPU). The platform is read at trace time from
+  the ambient mesh (``jax.set_mesh`` / ``sharding.activation_sharding``, as the train step and
+  the sampler trace; a deviceless GPU compile on a CPU machine counts as GPU there), else
+  ``jax.default_backend()``. On CPU "auto" is exactly "chunked" (same program, same bits).
 """
 from __future__ import annotations
 
@@ -23,6 +29,26 @@ import jax
 import jax.numpy as jnp
 
 IMPLEMENTATIONS = ("xla", "chunked", "dot_product")
+CHOICES = ("auto", *IMPLEMENTATIONS)
+
+
+def context_platform() -> str:
+    """Platform (``"cpu"``, ``"gpu"``, ``"tpu"``) being compiled for: that of the ambient mesh's
+    devices (``jax.set_mesh``, also inside ``jit``; a deviceless topology's mesh included), else
+    ``jax.default_backend()``."""
+    device = getattr(jax.sharding.get_abstract_mesh(), "abstract_device", None)
+    return getattr(device, "platform", None) or jax.default_backend()
+
+
+def resolve(implementation: str, platform: str | None = None) -> str:
+    """The implementation ``implementation`` names on ``platform`` (default
+    :func:`context_platform`): ``"auto"`` -> ``"dot_product"`` on GPU (cuDNN flash attention),
+    ``"chunked"`` elsewhere; the others unchanged. ValueError for a name not in :data:`CHOICES`."""
+    if implementation not in CHOICES:
+        raise ValueError(f"attention implementation {implementation!r} is not one of {CHOICES}")
+    if implementation != "auto":
+        return implementation
+    return "dot_product" if (platform or context_platform()) in ("gpu", "cuda") else "chunked"
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -81,9 +107,11 @@ def attend_dot_product(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array
     return jnp.where(empty[:, :, None, None], uniform[:, None].astype(out.dtype), out).astype(q.dtype)
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, implementation: str = "chunked",
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, implementation: str = "auto",
               chunk: int = 512) -> jax.Array:
-    """Dispatch to one of :data:`IMPLEMENTATIONS` (see the module docstring). Shapes as :func:`attend`."""
+    """Dispatch to one of :data:`IMPLEMENTATIONS`, ``"auto"`` resolved by :func:`resolve` (see the
+    module docstring). Shapes as :func:`attend`."""
+    implementation = resolve(implementation)
     if implementation == "xla":
         return attend(q, k, v, mask)
     if implementation == "chunked":

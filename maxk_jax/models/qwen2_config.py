@@ -34,7 +34,9 @@ class Qwen2Config:
     dtype: str = "float32"  # compute dtype of the matmuls: float32 | bfloat16 | float16
     param_dtype: str = "float32"  # storage dtype of the parameters
     remat: bool = False  # rematerialise each decoder layer in the backward pass
-    attention: str = "chunked"  # full/prefill attention: xla | chunked | dot_product (models.attention)
+    # full/prefill attention: auto | xla | chunked | dot_product (models.attention); auto = dot_product
+    # (cuDNN flash) when compiling for a GPU, chunked elsewhere
+    attention: str = "auto"
     attention_chunk: int = 512  # queries per block of the chunked attention
 
     def __post_init__(self) -> None:
@@ -57,9 +59,9 @@ class Qwen2Config:
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"Qwen2Config.{name}={getattr(self, name)!r}; expected one of "
                                  f"{sorted(DTYPES)}")
-        if self.attention not in ("xla", "chunked", "dot_product"):
+        if self.attention not in ("auto", "xla", "chunked", "dot_product"):
             raise ValueError(f"Qwen2Config.attention={self.attention!r}; expected one of "
-                             "('xla', 'chunked', 'dot_product')")
+                             "('auto', 'xla', 'chunked', 'dot_product')")
         if not isinstance(self.attention_chunk, (int, np.integer)) or self.attention_chunk < 1:
             raise ValueError(f"Qwen2Config.attention_chunk must be an int >= 1, got {self.attention_chunk!r}")
         if not (self.rope_theta > 0 and self.rms_norm_eps > 0):

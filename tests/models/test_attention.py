@@ -88,3 +88,38 @@ def test_config_validation():
         qwen2.preset("qwen2.5-coder-0.5b", attention="flash")
     with pytest.raises(ValueError, match="attention_chunk must be an int >= 1, got 0"):
         qwen2.preset("qwen2.5-coder-0.5b", attention_chunk=0)
+
+
+def test_auto_is_dot_product_when_compiling_for_a_gpu_and_chunked_elsewhere():
+    from jax.sharding import AbstractDevice, AbstractMesh, AxisType
+    assert [attn.resolve("auto", p) for p in ("gpu", "cpu", "tpu")] == ["dot_product", "chunked", "chunked"]
+    assert attn.resolve("xla", "gpu") == "xla" and attn.resolve("auto") == "chunked"   # this CPU machine
+    with pytest.raises(ValueError, match="'flash' is not one of"):
+        attn.resolve("flash", "gpu")
+
+    def mesh(platform):
+        return AbstractMesh((1,), ("x",), axis_types=(AxisType.Auto,),
+                            abstract_device=AbstractDevice(device_kind=platform, num_cores=None, platform=platform))
+
+    seen = []
+    for platform in ("gpu", "cpu"):
+        with jax.sharding.use_abstract_mesh(mesh(platform)):   # e.g. a deviceless H100 mesh, seen inside jit
+            jax.jit(lambda: seen.append(attn.resolve("auto")) or 0).lower()
+    assert seen == ["dot_product", "chunked"]
+
+
+def test_auto_is_the_default_and_the_same_program_as_chunked_on_cpu():
+    assert qwen2.Qwen2Config(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1, num_heads=2,
+                             num_kv_heads=1).attention == "auto"
+    base = qwen2.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                             num_kv_heads=2, max_position_embeddings=128, attention="chunked", attention_chunk=8)
+    params = qwen2.init_params(base, jax.random.key(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 32), 0, 64)
+    mask = jnp.ones((2, 32), jnp.int32).at[0, :5].set(0)
+
+    def program(cfg):   # forward and gradient: the same StableHLO means the same bits
+        loss = lambda p: jnp.sum(jax.nn.log_softmax(qwen2.logits(cfg, p, tokens, mask))[..., 3] * mask)  # noqa: E731
+        return jax.jit(jax.value_and_grad(loss)).lower(params).as_text()
+
+    chunked, auto = program(base), program(base.replace(attention="auto"))
+    assert auto == chunked and chunked != program(base.replace(attention="dot_product"))

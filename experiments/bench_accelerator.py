@@ -1,0 +1,518 @@
+"""One accelerator (GPU or TPU), one command: decode and RL-train speed against the chip's own ceilings.
+
+    python -m experiments.bench_accelerator                 # the full table (~6 min on an H100)
+    python -m experiments.bench_accelerator --smoke         # tiny shapes, any backend (CPU: ~1 min)
+    python -m experiments.bench_accelerator --parts=ceilings,decode --presets=qwen2.5-coder-1.5b
+
+Random weights at the Qwen2.5-Coder presets (nothing is downloaded); every figure is measured in
+this run on ``jax.devices()[0]``:
+
+* ``ceilings``: read+write bandwidth of an elementwise pass over ``--bandwidth_mib`` of float32
+  (``2 x bytes / s``) and the FLOP/s of a ``--matmul_size``-cubed bf16 matmul (median of 10).
+* ``decode``: ``sampling.generate`` (bf16 params and compute, no stop token: every sample has
+  ``new_tokens`` tokens) at each preset and case (``--cases``, default the RL rollout 16 prompts x
+  n = 8 with 512-token prompts and the paper's evaluation 1 x 128 with a 1,024-token prompt, both
+  256 new tokens): tok/s of the whole call (median of ``--repeats`` after a compiling call),
+  prefill alone, ms per decode step, and the roofline: (bf16 weight bytes + the KV bytes a step
+  must read: each prompt once, each row's own tokens at the average step;
+  ``maxk_jax.gpu_plan.ideal_bytes``) / the measured bandwidth; ``frac_of_roofline`` = roofline
+  step time / measured step time.
+* ``hf_generate`` (needs torch + a CUDA device, or ``--smoke``): transformers ``generate`` of the
+  first preset's first case (bf16, sdpa, ``num_return_sequences=n``, exactly ``new_tokens`` new
+  tokens), median of 2 after a first call.
+* ``train``: ``rl.training.make_train_step`` (maxk_offpolicy, k = 4, 16 prompts x n = 8, 512 + 256
+  tokens, 4 micro-batches, float32 params + bf16 compute, remat, Adam) per ``--train_attention``
+  (``auto`` = cuDNN flash attention on GPU); tokens/s = B x S / step time, model FLOP/s = 3 x
+  forward matmul FLOPs (projections on B x S tokens, attention on the S x S square, LM head on
+  the B x T completion positions), peak device memory (JAX's counter: the process's peak so far).
+* ``torch_train`` (needs torch): the same loss form (is_weighted: -sg(c) logp on the trust-region
+  tokens, sequence aggregation; c = the group z-scored rewards) in PyTorch + transformers: float32
+  params, bf16 autocast, gradient checkpointing, sdpa, ``logits_to_keep``, Adam, the same batch
+  and micro-batches.
+
+Order: the torch baselines first (their memory is handed back), then the ceilings, the train step
+and the decode; ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set (JAX and torch share the GPU).
+Writes ``bench_accelerator.{json,md,png}`` to ``--results_dir`` and prints the markdown table.
+Needs the project's dependencies (ml_collections included: it is pure Python, ``pip install
+ml_collections`` on a GPU image that lacks it) and, for the baselines, torch + transformers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+from typing import Any, Callable
+
+import numpy as np
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+PARTS = ("ceilings", "decode", "hf_generate", "train", "torch_train")
+
+
+def define_flags() -> None:
+    """Define the command-line flags (called by ``__main__`` only, so tests can import this module)."""
+    flags.DEFINE_bool("smoke", False, "Tiny model and shapes (a CPU test of the whole pipeline).")
+    flags.DEFINE_list("parts", list(PARTS), f"Parts to run, of {PARTS}.")
+    flags.DEFINE_list("presets", ["qwen2.5-coder-1.5b", "qwen2.5-coder-7b"], "Decode presets (--smoke: a tiny model).")
+    flags.DEFINE_list("cases", ["16x8:512/256", "1x128:1024/256"],
+                      "Decode cases PROMPTSxN:PROMPT_LEN/NEW_TOKENS (--smoke: 2x2:32/8,1x4:64/8).")
+    flags.DEFINE_list("train_attention", ["auto"], "Attention implementations of the train step (auto, chunked, "
+                      "dot_product, xla).")
+    flags.DEFINE_integer("repeats", 3, "Timed calls per decode case / train step (median reported).")
+    flags.DEFINE_integer("bandwidth_mib", 2048, "MiB of float32 of the elementwise bandwidth pass.")
+    flags.DEFINE_integer("matmul_size", 8192, "Side of the bf16 matmul of the FLOP/s ceiling.")
+    flags.DEFINE_integer("seed", 0, "Seed of the random weights and batches.")
+    flags.DEFINE_string("results_dir", "runs/bench_accelerator", "Directory for bench_accelerator.{json,md,png}.")
+
+
+TRAIN_PRESET = "qwen2.5-coder-1.5b"
+
+
+def _median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
+    """Median seconds of ``repeats`` calls of fn (which blocks until its result is ready)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), times
+
+
+def parse_case(text: str) -> tuple[int, int, int, int]:
+    """``"16x8:512/256"`` -> (prompts, n, prompt_len, new_tokens). ValueError naming the text."""
+    try:
+        rows, lens = text.split(":")
+        p, n = (int(v) for v in rows.split("x"))
+        tp, t = (int(v) for v in lens.split("/"))
+    except ValueError:
+        raise ValueError(f"--cases entry {text!r} is not PROMPTSxN:PROMPT_LEN/NEW_TOKENS, e.g. 16x8:512/256") from None
+    if min(p, n, tp, t) < 1:
+        raise ValueError(f"--cases entry {text!r}: every number must be >= 1")
+    return p, n, tp, t
+
+
+def ceilings(bandwidth_mib: int, matmul_size: int) -> dict[str, float]:
+    """Measured ceilings: ``hbm_bytes_per_s`` (elementwise x * a + b over float32, read + write)
+    and ``bf16_flops`` (a square bf16 matmul), medians of 10 after a compiling call."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((bandwidth_mib * 2 ** 20 // 4,), jnp.float32)
+    pass_ = jax.jit(lambda v: v * 1.0001 + 1.0)
+    pass_(x).block_until_ready()
+    bw_s, _ = _median_time(lambda: pass_(x).block_until_ready(), 10)
+    a = jax.random.normal(jax.random.key(0), (matmul_size, matmul_size), jnp.bfloat16)
+    mm = jax.jit(lambda u, v: u @ v)
+    mm(a, a).block_until_ready()
+    mm_s, _ = _median_time(lambda: mm(a, a).block_until_ready(), 10)
+    return {"hbm_bytes_per_s": 2 * x.nbytes / bw_s, "bf16_flops": 2 * matmul_size ** 3 / mm_s,
+            "bandwidth_mib": bandwidth_mib, "matmul_size": matmul_size}
+
+
+def decode_case(config: Any, params: Any, case: tuple[int, int, int, int], repeats: int, bandwidth: float,
+                seed: int) -> dict[str, Any]:
+    """Time ``sampling.generate`` and its prefill alone for one case (see the module docstring)."""
+    import jax
+
+    from maxk_jax import gpu_plan, sampling
+
+    p, n, tp, t = case
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(4, config.vocab_size, size=tp).tolist() for _ in range(p)]
+    calls = iter(range(10 ** 6))
+
+    def gen() -> Any:
+        out = sampling.generate(config, params, prompts, n=n, max_new_tokens=t, key=jax.random.key(next(calls)))
+        jax.block_until_ready(out.tokens)
+        return out
+
+    t0 = time.perf_counter()
+    out = gen()
+    first = time.perf_counter() - t0
+    steady, all_s = _median_time(gen, repeats)
+    steps = int(out.num_steps)
+    if steps != t:
+        raise RuntimeError(f"generate stopped after {steps} of {t} tokens without a stop token")
+    settings = sampling.SamplerSettings(n=n, max_new_tokens=t)
+    tokens, mask = sampling.pad_prompts(prompts, sampling.prompt_length_bucket(tp), sampling.prompt_batch_bucket(p, 1),
+                                        config.pad_token_id or 0)
+    prefill = lambda: jax.block_until_ready(sampling.prefill_prompts(config, settings, None, params, tokens, mask))  # noqa: E731
+    prefill()
+    prefill_s, _ = _median_time(prefill, repeats)
+    ms_step = 1e3 * (steady - prefill_s) / max(steps - 1, 1)
+    ideal = gpu_plan.ideal_bytes(config, p, n, tp, t)["total"]
+    roof_ms = 1e3 * ideal / bandwidth
+    return {"prompts": p, "n": n, "prompt_len": tp, "new_tokens": t, "first_call_s": first, "steady_s": steady,
+            "all_s": all_s, "prefill_s": prefill_s, "ms_per_step": ms_step, "tok_per_s": p * n * t / steady,
+            "ideal_gb_per_step": ideal / 1e9, "roofline_ms_per_step": roof_ms,
+            "roofline_tok_per_s": p * n / roof_ms * 1e3, "frac_of_roofline": roof_ms / ms_step}
+
+
+def train_batch(rng: np.random.Generator, b: int, n: int, sp: int, t: int, vocab: int) -> dict[str, np.ndarray]:
+    """A random rollout batch: left-padded prompts (lengths sp/2..sp, shared by a group of n),
+    completions of t/2..t tokens, rewards in {0, 1}, behaviour log-probs in [-3, -0.05]."""
+    prompt_lens = np.repeat(rng.integers(sp // 2, sp + 1, size=b // n), n)
+    comp_lens = rng.integers(t // 2, t + 1, size=b)
+    attn = np.zeros((b, sp + t), bool)
+    for i in range(b):
+        attn[i, sp - prompt_lens[i]:sp] = True
+        attn[i, sp:sp + comp_lens[i]] = True
+    comp = attn[:, sp:]
+    return {"tokens": rng.integers(4, vocab, size=(b, sp + t)).astype(np.int32), "attention_mask": attn,
+            "completion_mask": comp, "rewards": rng.integers(0, 2, size=b).astype(np.float32),
+            "old_logp": np.where(comp, rng.uniform(-3.0, -0.05, comp.shape), 0.0).astype(np.float32)}
+
+
+def model_flops(config: Any, b: int, s: int, t: int) -> float:
+    """3 x forward matmul FLOPs of a train step: projections on B x S tokens, attention scores and
+    values on the S x S square per head, the LM head on the B x T completion positions."""
+    e, f, h, k, d = (config.hidden_size, config.intermediate_size, config.num_heads, config.num_kv_heads,
+                     config.head_dim_)
+    per_token = 2 * (e * h * d + 2 * e * k * d + h * d * e + 3 * e * f)
+    forward = config.num_layers * (b * s * per_token + b * 2 * 2 * s * s * h * d) + 2 * b * t * e * config.vocab_size
+    return 3.0 * forward
+
+
+def _peak_memory() -> float | None:
+    import jax
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
+
+
+def jax_train(config: Any, data: dict[str, np.ndarray], n: int, k: int, micro: int, repeats: int,
+              seed: int) -> dict[str, Any]:
+    """make_train_step (maxk_offpolicy, Adam) on ``data``: first call, median step, peak memory."""
+    import jax
+    import optax
+
+    from maxk_jax import sharding
+    from maxk_jax.models import qwen2
+    from maxk_jax.rl import training
+    from maxk_jax.sampling import SamplerSettings
+
+    params = jax.jit(qwen2.init_params, static_argnums=0)(config, jax.random.key(seed))
+    tx = optax.adam(1e-6)
+    mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+    box = {}
+    box["state"], shardings = training.create_train_state(config, params, tx, mesh)
+    del params
+    cfg = training.StepConfig(estimator="maxk_offpolicy", k=k, micro_batches=micro, compute_entropy=False,
+                              sampler=SamplerSettings(n=n, max_new_tokens=data["completion_mask"].shape[1]))
+    step = training.make_train_step(config, cfg, tx, mesh, shardings)
+    b = data["tokens"].shape[0]
+    batch = sharding.shard_batch(training.Batch(
+        tokens=data["tokens"], attention_mask=data["attention_mask"], completion_mask=data["completion_mask"],
+        old_logp=data["old_logp"], rewards=data["rewards"], valid=np.ones(b, bool),
+        answer_ids=np.zeros(b, np.int32)), mesh)
+
+    def run() -> float:
+        box["state"], metrics = step(box["state"], batch)
+        return float(metrics["loss"])
+
+    t0 = time.perf_counter()
+    loss0 = run()
+    first = time.perf_counter() - t0
+    steady, all_s = _median_time(run, repeats)
+    tokens = data["tokens"].size
+    flops = model_flops(config, b, data["tokens"].shape[1], data["completion_mask"].shape[1])
+    out = {"attention": config.attention, "first_call_s": first, "steady_s": steady, "all_s": all_s, "loss0": loss0,
+           "tokens_per_s": tokens / steady, "model_tflops": flops / steady / 1e12, "peak_mem_gb": None}
+    peak = _peak_memory()
+    if peak is not None:
+        out["peak_mem_gb"] = peak / 1e9
+    del box
+    return out
+
+
+def _torch_device() -> Any:
+    import torch
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _torch_sync() -> None:
+    import torch
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _torch_free() -> None:
+    """Hand the torch caching allocator's memory back to the driver (JAX runs after the baselines)."""
+    import gc
+
+    import torch
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _hf_model(config: Any, dtype: Any) -> Any:
+    import torch
+    import transformers
+
+    hf = transformers.Qwen2Config(**{k: v for k, v in config.to_hf_dict().items() if k != "architectures"})
+    torch.manual_seed(0)
+    with torch.device(_torch_device()):    # random init on the device (a 1.5B init on the host takes long)
+        return transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa", dtype=dtype)
+
+
+def hf_generate(config: Any, case: tuple[int, int, int, int], seed: int) -> dict[str, Any]:
+    """transformers ``generate`` (bf16, sdpa, sampling, exactly new_tokens tokens per sample)."""
+    import torch
+
+    p, n, tp, t = case
+    model = _hf_model(config, torch.bfloat16).eval()
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, config.vocab_size, (p, tp), generator=g).to(model.device)
+
+    def gen() -> Any:
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                 num_return_sequences=n, max_new_tokens=t, min_new_tokens=t, pad_token_id=0)
+        _torch_sync()
+        return out
+
+    t0 = time.perf_counter()
+    out = gen()
+    first = time.perf_counter() - t0
+    if tuple(out.shape) != (p * n, tp + t):
+        raise RuntimeError(f"transformers generate returned {tuple(out.shape)}, expected {(p * n, tp + t)}")
+    steady, all_s = _median_time(gen, 2)
+    del model, out
+    _torch_free()
+    return {"prompts": p, "n": n, "prompt_len": tp, "new_tokens": t, "first_call_s": first, "steady_s": steady,
+            "all_s": all_s, "tok_per_s": p * n * t / steady}
+
+
+def torch_train(config: Any, data: dict[str, np.ndarray], n: int, micro: int, repeats: int) -> dict[str, Any]:
+    """The same loss form in PyTorch + transformers (see the module docstring)."""
+    import torch
+
+    dev = _torch_device()
+    model = _hf_model(config, torch.float32)
+    model.config.use_cache = False
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-6)
+    tokens = torch.from_numpy(data["tokens"]).long().to(dev)
+    attn = torch.from_numpy(data["attention_mask"]).long().to(dev)
+    positions = torch.clamp(attn.cumsum(-1) - 1, min=0)
+    mask = torch.from_numpy(data["completion_mask"]).to(dev)
+    old = torch.from_numpy(data["old_logp"]).to(dev)
+    r = torch.from_numpy(data["rewards"]).view(-1, n).to(dev)
+    coef = ((r - r.mean(-1, keepdim=True)) / (r.std(-1, unbiased=False, keepdim=True) + 1e-6)).view(-1)
+    b, t = mask.shape
+    eps = 0.2
+
+    def step() -> float:
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for rows in torch.arange(b, device=dev).chunk(micro):
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
+                logits = model(input_ids=tokens[rows], attention_mask=attn[rows], position_ids=positions[rows],
+                               logits_to_keep=t + 1).logits
+            logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, tokens[rows, -t:, None]).squeeze(-1)
+            m, c = mask[rows], coef[rows, None]
+            ratio = torch.exp(torch.where(m, logp - old[rows], torch.zeros_like(logp))).detach()
+            clipped = ((c > 0) & (ratio > 1 + eps)) | ((c < 0) & (ratio < 1 - eps))
+            per_tok = torch.where(m & ~clipped, -c * logp, torch.zeros_like(logp))
+            loss = (per_tok.sum(-1) / m.sum(-1).clamp(min=1)).sum() / b
+            loss.backward()
+            total += float(loss.detach())
+        opt.step()
+        _torch_sync()
+        return total
+
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    loss0 = step()
+    first = time.perf_counter() - t0
+    steady, all_s = _median_time(step, repeats)
+    out = {"first_call_s": first, "steady_s": steady, "all_s": all_s, "loss0": loss0,
+           "tokens_per_s": data["tokens"].size / steady, "peak_mem_gb": None}
+    if dev.type == "cuda":
+        out["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    del model, opt
+    _torch_free()
+    return out
+
+
+def _smoke_config() -> Any:
+    from maxk_jax.models import qwen2
+    return qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                             num_kv_heads=2, max_position_embeddings=512, rope_theta=10000.0, pad_token_id=0)
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The issue's table: decode (tok/s, ms/step, baseline, roofline), train (vs the PyTorch step)."""
+    dev = res["device"]
+    lines = [f"Device: {dev['kind']} ({dev['platform']}), jax {res['versions']['jax']}; host {res['cpu']}.", ""]
+    c = res.get("ceilings")
+    if c:
+        lines += [f"Ceilings measured in this run: {c['hbm_bytes_per_s'] / 1e12:.2f} TB/s read+write (elementwise), "
+                  f"{c['bf16_flops'] / 1e12:.0f} TFLOP/s (bf16 {c['matmul_size']}^3 matmul).", ""]
+    lines += ["| work | maxk_jax | baseline on the same chip | roofline |", "|---|---:|---:|---:|"]
+    hf = res.get("hf_generate")
+    for d in res.get("decode", []):
+        base = "—"
+        if hf and (hf["prompts"], hf["n"], hf["prompt_len"], hf["new_tokens"], hf["preset"]) == (
+                d["prompts"], d["n"], d["prompt_len"], d["new_tokens"], d["preset"]):
+            base = f"transformers `generate` {hf['tok_per_s']:,.0f} tok/s"
+        roof = (f"{d['roofline_tok_per_s']:,.0f} tok/s ({d['roofline_ms_per_step']:.2f} ms/step): "
+                f"**{100 * d['frac_of_roofline']:.0f} %**" if "frac_of_roofline" in d else "—")
+        lines.append(f"| {d['preset']} decode, {d['prompts']} x n = {d['n']}, {d['prompt_len']} / {d['new_tokens']} | "
+                     f"{d['tok_per_s']:,.0f} tok/s ({d['ms_per_step']:.2f} ms/step; prefill {d['prefill_s']:.3f} s) | "
+                     f"{base} | {roof} |")
+    tt = res.get("torch_train")
+    for tr in res.get("train", []):
+        ratio = f" ({tr['tokens_per_s'] / tt['tokens_per_s']:.2f}x)" if tt else ""
+        peak = f", peak {tr['peak_mem_gb']:.0f} GB" if tr.get("peak_mem_gb") else ""
+        base = (f"PyTorch + transformers {tt['tokens_per_s']:,.0f} tok/s" + (
+            f", peak {tt['peak_mem_gb']:.0f} GB" if tt.get("peak_mem_gb") else "")) if tt else "—"
+        mfu = (f"{tr['model_tflops']:.0f} TFLOP/s = {100 * tr['model_tflops'] * 1e12 / c['bf16_flops']:.0f} % of "
+               "the matmul ceiling") if c else f"{tr['model_tflops']:.2f} TFLOP/s"
+        lines.append(f"| {res['train_preset']} RL train step, maxk_offpolicy, {res['train_shape']}, "
+                     f"attention={tr['attention']} | {tr['tokens_per_s']:,.0f} tok/s{ratio}{peak} | {base} | {mfu} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(res: dict[str, Any], path: pathlib.Path) -> None:
+    """Decode: fraction of the roofline per case; train: tokens/s of each side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    dec = [d for d in res.get("decode", []) if "frac_of_roofline" in d]
+    a.barh([f"{d['preset'].split('-')[-1]} {d['prompts']}x{d['n']} {d['prompt_len']}/{d['new_tokens']}" for d in dec],
+           [100 * d["frac_of_roofline"] for d in dec], color="C0")
+    a.set_xlabel("% of the memory roofline (measured bandwidth)")
+    a.set_title("decode", fontsize=9)
+    names = [f"maxk_jax ({t['attention']})" for t in res.get("train", [])]
+    vals = [t["tokens_per_s"] for t in res.get("train", [])]
+    if res.get("torch_train"):
+        names.append("PyTorch + transformers")
+        vals.append(res["torch_train"]["tokens_per_s"])
+    b.barh(names, vals, color=["C0"] * (len(vals) - bool(res.get("torch_train"))) + ["C1"] * bool(
+        res.get("torch_train")))
+    b.set_xlabel("train tokens / s")
+    b.set_title(f"RL train step, {res.get('train_shape', '')}", fontsize=9)
+    fig.suptitle(res["device"]["kind"], fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _check_flags() -> list[tuple[int, int, int, int]]:
+    bad = [p for p in FLAGS.parts if p not in PARTS]
+    if bad:
+        raise ValueError(f"--parts: {bad} not among {PARTS}")
+    for a in FLAGS.train_attention:
+        if a not in ("auto", "xla", "chunked", "dot_product"):
+            raise ValueError(f"--train_attention: {a!r} is not auto, xla, chunked or dot_product")
+    if FLAGS.repeats < 1 or FLAGS.bandwidth_mib < 1 or FLAGS.matmul_size < 1:
+        raise ValueError(f"--repeats={FLAGS.repeats}, --bandwidth_mib={FLAGS.bandwidth_mib} and "
+                         f"--matmul_size={FLAGS.matmul_size} must be >= 1")
+    from maxk_jax.models import qwen2
+    if not FLAGS.smoke:
+        for p in FLAGS.presets:
+            if p not in qwen2.PRESETS:
+                raise ValueError(f"--presets: unknown preset {p!r}; available: {sorted(qwen2.PRESETS)}")
+    return [parse_case(c) for c in FLAGS.cases]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    from maxk_jax import cli
+    with cli.user_errors():
+        cases = _check_flags()
+    import importlib.util
+
+    import jax
+
+    from maxk_jax.models import qwen2
+    from maxk_jax.pipelines.phases import cpu_model
+
+    t_start = time.perf_counter()
+    smoke = FLAGS.smoke
+    if smoke:
+        FLAGS.bandwidth_mib, FLAGS.matmul_size = min(FLAGS.bandwidth_mib, 4), min(FLAGS.matmul_size, 128)
+        cases = [parse_case(c) for c in ("2x2:32/8", "1x4:64/8")] if FLAGS["cases"].using_default_value else cases
+    has_torch = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
+    dev = jax.devices()[0]
+    res: dict[str, Any] = {
+        "device": {"kind": dev.device_kind, "platform": dev.platform, "count": jax.device_count()},
+        "versions": {"jax": jax.__version__}, "cpu": cpu_model(), "cpu_count": os.cpu_count(), "smoke": smoke,
+        "parts_s": {}}
+    if has_torch:
+        import torch
+        import transformers
+        res["versions"].update(torch=torch.__version__, transformers=transformers.__version__)
+    torch_ok = has_torch and (smoke or __import__("torch").cuda.is_available())
+
+    def part(name: str, fn: Callable[[], Any]) -> None:
+        if name not in FLAGS.parts:
+            return
+        if name in ("hf_generate", "torch_train") and not torch_ok:
+            res[name + "_skipped"] = "torch/transformers not importable" if not has_torch else "no CUDA device"
+            print(f"{name}: skipped ({res[name + '_skipped']})")
+            return
+        t0 = time.perf_counter()
+        res[name] = fn()
+        res["parts_s"][name] = time.perf_counter() - t0
+        print(f"{name}: done in {res['parts_s'][name]:.1f} s", flush=True)
+
+    # order: the torch baselines first (their memory goes back to the driver after them), then JAX's
+    # parts: the train step before the decode, as JAX's peak-memory counter never resets
+    presets = {"tiny": _smoke_config()} if smoke else {p: qwen2.preset(p) for p in FLAGS.presets}
+    first_name, first_config = next(iter(presets.items()))
+    p, n, k, micro, sp, t = (4, 2, 2, 2, 32, 16) if smoke else (16, 8, 4, 4, 512, 256)
+    data = train_batch(np.random.default_rng(FLAGS.seed), p * n, n, sp, t, first_config.vocab_size)
+    train_config = (first_config if smoke else qwen2.preset(TRAIN_PRESET)).replace(
+        dtype="bfloat16", param_dtype="float32", remat=True)
+    res["train_preset"] = "tiny" if smoke else TRAIN_PRESET
+    res["train_shape"] = f"{p * n} x {sp + t} tokens, {micro} micro-batches, k = {k}"
+    part("hf_generate", lambda: {"preset": first_name, **hf_generate(first_config, cases[0], FLAGS.seed)})
+    part("torch_train", lambda: torch_train(train_config, data, n, micro, FLAGS.repeats))
+    part("ceilings", lambda: ceilings(FLAGS.bandwidth_mib, FLAGS.matmul_size))
+    bandwidth = res.get("ceilings", {}).get("hbm_bytes_per_s")
+    part("train", lambda: [jax_train(train_config.replace(attention=a), data, n, k, micro, FLAGS.repeats, FLAGS.seed)
+                           for a in FLAGS.train_attention])
+
+    def decode_all() -> list[dict[str, Any]]:
+        rows = []
+        for name, base in presets.items():
+            config = base.replace(dtype="bfloat16", param_dtype="bfloat16")
+            params = jax.jit(qwen2.init_params, static_argnums=0)(config, jax.random.key(FLAGS.seed))
+            for case in cases:
+                row = decode_case(config, params, case, FLAGS.repeats, bandwidth or float("nan"), FLAGS.seed)
+                if bandwidth is None:
+                    row = {k: v for k, v in row.items() if not k.startswith("roofline") and k != "frac_of_roofline"}
+                rows.append({"preset": name, **row})
+                print(f"  {name} {case}: {row['tok_per_s']:,.0f} tok/s, {row['ms_per_step']:.2f} ms/step", flush=True)
+            del params
+        return rows
+
+    part("decode", decode_all)
+    res["total_s"] = time.perf_counter() - t_start
+
+    out = pathlib.Path(FLAGS.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown(res)
+    (out / "bench_accelerator.json").write_text(json.dumps(res, indent=1))
+    (out / "bench_accelerator.md").write_text(table)
+    plot(res, out / "bench_accelerator.png")
+    print(table)
+    print(f"total {res['total_s']:.0f} s; wrote {out}/bench_accelerator.{{json,md,png}}")
+
+
+if __name__ == "__main__":
+    # JAX would take 75 % of the GPU at start-up; the torch baselines in this process need theirs
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    from maxk_jax import cli
+    define_flags()
+    cli.run_main(main)

@@ -1,0 +1,359 @@
+"""Decode-loop plans for a GPU without a GPU: a deviceless XLA:GPU compile and a per-step report.
+
+XLA builds the program for a GPU it cannot see from a target description: with the CUDA plugin
+installed (``pip install "jax-cuda12-plugin[with-cuda]==<jax>" "jax-cuda12-pjrt==<jax>"``, the
+the ``cuda`` extra at the installed jax; ``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1`` since no driver is there to check),
+``jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=<GpuTargetConfig
+text proto>)`` gives devices to lower on. :func:`gpu_decode_report` compiles the sampler's
+decode loop (``sampling.decode_loop``, abstract arguments as :mod:`maxk_jax.sample_plan` builds
+them) for such a device and reads, from the optimized GPU HLO (:func:`decode_step_costs`), what
+ONE decode step (one iteration of the decode ``while`` loop, nested loops times their
+``known_trip_count``) launches and moves:
+
+* ``materialized_bytes``: result bytes of every op that only copies: a ``fusion`` (or async
+  ``fusion-start``) whose fused ROOT is ``dynamic-slice`` / ``slice`` / ``copy``, a plain
+  ``copy`` / ``copy-start``, and memcpy custom calls;
+* ``kernels``: launched ops (fusions, custom calls such as cuBLAS / cuDNN, copies, collectives,
+  any other op that is not bookkeeping), each counted per execution;
+* ``est_bytes``: operands + results of every launched op, where an operand the op only slices is
+  counted at the slice's size and a ``dynamic-update-slice`` root writes only its update (the
+  buffer is updated in place); an estimate of HBM traffic without cache reuse.
+
+They stand next to ``ideal_bytes``: the bf16 weight bytes plus the KV bytes a step must read (each
+prompt's block once, each row's own generated tokens at the average step, ``new_tokens / 2``).
+
+Target descriptions ship in ``maxk_jax/targets/`` (:data:`TARGETS`); ``h100.txtpb`` is an NVIDIA
+H100 80GB HBM3 (compute capability 9.0, 132 SMs, 50 MB L2, 3.35 TB/s) in XLA's GpuTargetConfig
+text format, as the CUDA plugin reports it on that card.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import pathlib
+import re
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from maxk_jax import memory_plan, sample_plan
+from maxk_jax import sharding as sh
+from maxk_jax.models import qwen2
+from maxk_jax.sampling import SamplerSettings, decode_loop
+
+TARGET_DIR = pathlib.Path(__file__).resolve().parent / "targets"
+#: target name -> (GpuTargetConfig text proto file, where its values come from)
+TARGETS = {"h100": ("h100.txtpb", "NVIDIA H100 80GB HBM3 as reported by the CUDA plugin on that card "
+                                  "(jax 0.11.2, CUDA 13): cc 9.0, 132 SMs, 50 MB L2, 3.35 TB/s")}
+
+#: ops that launch nothing (bookkeeping, aliases, control flow walked into, async halves counted once)
+NOT_LAUNCHED = frozenset({
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "conditional", "call",
+    "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency", "domain",
+    "fusion-done", "copy-done", "async-done", "async-update", "all-gather-done", "all-reduce-done",
+    "collective-permute-done", "send-done", "recv-done", "get-dimension-size", "iota",
+})
+PLUGIN_HINT = (f"a GPU plan needs the CUDA plugin for jax {jax.__version__}: pip install "
+               f"'jax-cuda12-plugin[with-cuda]=={jax.__version__}' 'jax-cuda12-pjrt=={jax.__version__}' "
+               "(what the cuda extra installs), then run with JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1")
+#: element-preserving ops a fused parameter may pass through before it is sliced
+PASS_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose"})
+SLICE_ROOTS = frozenset({"dynamic-slice", "slice", "copy"})
+_DIMS = re.compile(r"\[([\d,]*)\]")
+_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=(\{[^}]*\}|%?[\w.\-]+)")
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+_OPERANDS = re.compile(r"%([\w.\-]+)")
+
+
+def _elements(shape: str) -> int:
+    """Element count of an array shape string: ``'bf16[2,3]{1,0}'`` -> 6."""
+    dims = _DIMS.search(shape)
+    return math.prod(int(d) for d in dims.group(1).split(",") if d) if dims else 1
+
+
+def _called(line: str) -> list[str]:
+    """Computations an instruction line calls (fusion bodies, loop bodies / conditions, branches)."""
+    return [name.strip().lstrip("%") for group in _CALLED.findall(line) for name in group.strip("{}").split(",")
+            if name.strip()]
+
+
+def _need(pattern: str, line: str) -> str:
+    m = re.search(pattern, line)
+    if m is None:
+        raise ValueError(f"malformed HLO line (no {pattern!r}): {line.strip()[:200]}")
+    return m.group(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Comp:
+    """One parsed computation: ordered instructions and name -> (shape, opcode, line)."""
+
+    instructions: list[tuple[str, str, str, str]]
+    by_name: dict[str, tuple[str, str, str]]
+
+    @property
+    def root(self) -> tuple[str, str, str]:
+        for name, shape, op, line in self.instructions:
+            if line.lstrip().startswith("ROOT "):
+                return shape, op, line
+        raise ValueError("computation without ROOT")
+
+
+def _parse(text: str) -> dict[str, _Comp]:
+    return {c: _Comp(ins, {n: (s, o, line) for n, s, o, line in ins})
+            for c, ins in memory_plan.parse_hlo(text).items()}
+
+
+def _operands(line: str) -> list[str]:
+    """Operand names of an instruction line (inside the opcode's parentheses)."""
+    start = re.search(r" [\w\-]+\(", line)
+    if start is None:
+        return []
+    depth, i = 0, start.end() - 1
+    for j in range(i, len(line)):
+        depth += {"(": 1, ")": -1}.get(line[j], 0)
+        if depth == 0:
+            return _OPERANDS.findall(line[i + 1:j])
+    return _OPERANDS.findall(line[i + 1:])
+
+
+def _root_op(comp: _Comp) -> tuple[str, str]:
+    """(shape, opcode) of a computation's ROOT, looking through bitcasts (a free reinterpretation)."""
+    shape, op, line = comp.root
+    while op == "bitcast" and _operands(line) and _operands(line)[0] in comp.by_name:
+        _, op, line = comp.by_name[_operands(line)[0]]
+    return shape, op
+
+
+def _fused_traffic(comp: _Comp, operand_shapes: list[str]) -> tuple[int, int]:
+    """(bytes read, bytes written) by a fused computation with the given operand shapes: a
+    parameter used only as the source of slices / gathers (possibly through element-preserving ops:
+    ``PASS_THROUGH``) counts at their result size (in its own dtype); a
+    ``dynamic-update-slice`` root (or tuple of them) writes its update into its operand 0 in
+    place (that buffer is neither read nor written whole)."""
+    users: dict[str, list[tuple[str, str, str, list[str]]]] = {}
+    params: dict[int, str] = {}
+    for name, shape, op, line in comp.instructions:
+        if op == "parameter":
+            params[int(_need(r"parameter\((\d+)\)", line))] = name
+        for o in _operands(line):
+            users.setdefault(o, []).append((name, shape, op, _operands(line)))
+    root_shape, root_op, root_line = comp.root
+    roots = [(root_shape, root_op, _operands(root_line))]
+    if root_op == "tuple":
+        roots = [(comp.by_name[o][0], comp.by_name[o][1], _operands(comp.by_name[o][2])) for o in roots[0][2]
+                 if o in comp.by_name]
+    in_place, written = set(), 0
+    for shape, op, ops in roots:
+        if op == "dynamic-update-slice" and len(ops) > 1:
+            in_place.add(ops[0])
+            written += memory_plan.shape_bytes(comp.by_name[ops[1]][0]) if ops[1] in comp.by_name else 0
+        else:
+            written += memory_plan.shape_bytes(shape)
+    def sliced_elements(name: str, depth: int = 0) -> int | None:
+        """Elements of ``name`` the fusion reads when every path from it reaches a slice (through
+        element-preserving ops), else None (read whole). In-place update targets read nothing."""
+        uses = users.get(name, [])
+        if not uses or depth > 8:
+            return None
+        total = 0
+        for user, shape, op, ops in uses:
+            if op in ("dynamic-slice", "slice", "gather") and ops[0] == name:
+                total += _elements(shape)
+            elif op == "dynamic-update-slice" and ops[0] == name and name in in_place:
+                continue
+            elif op in PASS_THROUGH and len(ops) == 1:
+                inner = sliced_elements(user, depth + 1)
+                if inner is None:
+                    return None
+                total += inner
+            else:
+                return None
+        return total
+
+    read = 0
+    for i, shape in enumerate(operand_shapes):
+        name = params.get(i)
+        elements = sliced_elements(name) if name is not None else None
+        if elements is None:
+            read += memory_plan.shape_bytes(shape)
+        else:
+            read += elements * memory_plan.shape_bytes(shape) // max(_elements(shape), 1)
+    return read, written
+
+
+def decode_step_costs(text: str) -> dict[str, Any]:
+    """Per iteration of the decode ``while`` loop of an optimized HLO module (the while whose body
+    reaches the most computations) -> ``{"kernels", "materialized_bytes", "est_bytes",
+    "kernel_ops": {opcode: count}, "copies": [{"op", "name", "shape", "bytes", "times"}],
+    "traffic": [{"op", "name", "bytes", "times"}] (every launched op, largest total first)}``, every
+    figure multiplied by the trip counts of the nested loops it sits in. The loop's condition
+    counts once per iteration, as do those of nested loops without a ``known_trip_count`` (XLA:GPU
+    runs a loop of known trip count without evaluating its condition). ValueError without a loop."""
+    comps = _parse(text)
+    whiles = [line for c in comps.values() for _, _, op, line in c.instructions if op == "while"]
+    if not whiles:
+        raise ValueError("no while loop in the compiled module")
+
+    def reachable(name: str) -> set[str]:
+        seen, todo = set(), [name]
+        while todo:
+            c = todo.pop()
+            if c in seen or c not in comps:
+                continue
+            seen.add(c)
+            for *_, line in comps[c].instructions:
+                todo += _called(line)
+        return seen
+
+    outer = max((_need(r"body=%?([\w.\-]+)", w) for w in whiles), key=lambda b: len(reachable(b)))
+    cond = next(_need(r"condition=%?([\w.\-]+)", w) for w in whiles if _need(r"body=%?([\w.\-]+)", w) == outer)
+    out: dict[str, Any] = {"kernels": 0, "materialized_bytes": 0, "est_bytes": 0, "copies": [], "kernel_ops": {},
+                           "traffic": []}
+
+    def launched(comp: _Comp, name: str, shape: str, op: str, line: str, times: int) -> None:
+        ops = _operands(line)
+        shapes = [comp.by_name[o][0] for o in ops if o in comp.by_name]
+        fused = comps.get(_CALLS.search(line).group(1)) if op in ("fusion", "fusion-start") and _CALLS.search(
+            line) else None
+        if fused is not None:
+            read, written = _fused_traffic(fused, shapes)
+            root_shape, root_op = _root_op(fused)
+            copy = root_op in SLICE_ROOTS
+            result = memory_plan.shape_bytes(root_shape)
+        else:
+            result = memory_plan.shape_bytes(shape) if not op.endswith("-start") else memory_plan.shape_bytes(
+                shapes[0]) if shapes else 0
+            read, written = sum(memory_plan.shape_bytes(s) for s in shapes), result
+            copy = op in ("copy", "copy-start") or (op == "custom-call" and "memcpy" in line.lower())
+        kind = "fusion" if op in ("fusion", "fusion-start") else op
+        out["kernels"] += times
+        out["kernel_ops"][kind] = out["kernel_ops"].get(kind, 0) + times
+        out["est_bytes"] += (read + written) * times
+        out["traffic"].append({"op": op if fused is None else f"fusion:{_root_op(fused)[1]}", "name": name,
+                               "bytes": read + written, "times": times})
+        if copy:
+            out["materialized_bytes"] += result * times
+            out["copies"].append({"op": op, "name": name, "shape": shape if fused is None else root_shape,
+                                  "bytes": result, "times": times})
+
+    def walk(name: str, times: int, stack: frozenset[str]) -> None:
+        if name in stack or name not in comps:
+            return
+        comp = comps[name]
+        for iname, shape, op, line in comp.instructions:
+            if op == "while":
+                trip = _TRIP.search(line)
+                n = int(trip.group(1)) if trip else 1
+                walk(_need(r"body=%?([\w.\-]+)", line), times * n, stack | {name})
+                if not trip:    # a loop of known trip count runs its body that often, never its condition
+                    walk(_need(r"condition=%?([\w.\-]+)", line), times, stack | {name})
+            elif op in ("conditional", "call", "async-start"):
+                for called in _called(line):   # a branch counted as if taken: an upper bound
+                    walk(called, times, stack | {name})
+            elif op not in NOT_LAUNCHED:
+                launched(comp, iname, shape, op, line, times)
+
+    walk(outer, 1, frozenset())
+    walk(cond, 1, frozenset())
+    out["copies"].sort(key=lambda c: -c["bytes"] * c["times"])
+    out["traffic"].sort(key=lambda c: -c["bytes"] * c["times"])
+    return out
+
+
+def target_config(target: str = "h100") -> tuple[str, str]:
+    """(GpuTargetConfig text proto, a line naming its file and source) of a shipped target."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown GPU target {target!r}; available: {sorted(TARGETS)}")
+    file, source = TARGETS[target]
+    path = TARGET_DIR / file
+    return path.read_text(), f"{path.relative_to(TARGET_DIR.parent.parent)} ({source})"
+
+
+def plugin_available() -> bool:
+    """True when a CUDA PJRT plugin for this jax is importable (what a deviceless compile needs)."""
+    import importlib.util
+    try:
+        return any(importlib.util.find_spec(f"jax_plugins.xla_cuda{v}") is not None for v in (12, 13))
+    except ModuleNotFoundError:     # no jax_plugins namespace at all
+        return False
+
+
+@functools.cache
+def target_mesh(target: str = "h100") -> jax.sharding.Mesh:
+    """A one-device mesh with the project's axes over a deviceless ``target`` GPU (no GPU needed).
+    RuntimeError naming the missing plugin when the CUDA plugin is not installed."""
+    from jax.experimental import topologies
+    text, _ = target_config(target)
+    if not plugin_available():
+        raise RuntimeError(PLUGIN_HINT)
+    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+    topo = topologies.get_topology_desc(platform="cuda", target_config=text, topology="1x1x1")
+    devices = list(topo.devices)[:1]
+    return sh.make_mesh(1, 1, 1, devices=devices)
+
+
+def ideal_bytes(config: qwen2.Qwen2Config, prompts: int, n: int, prompt_len: int, new_tokens: int
+                ) -> dict[str, int]:
+    """What one decode step must read at least: ``weights`` (bf16 bytes of every parameter) and
+    ``kv`` (bf16 K and V of each prompt's ``prompt_len`` tokens once, plus each of the
+    ``prompts * n`` rows' own generated tokens at the average step, ``new_tokens / 2``)."""
+    per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim_ * 2
+    kv = per_token * (prompts * prompt_len + prompts * n * new_tokens // 2)
+    return {"weights": 2 * qwen2.param_count(config), "kv": kv, "total": 2 * qwen2.param_count(config) + kv}
+
+
+def gpu_decode_report(config: qwen2.Qwen2Config, settings: SamplerSettings, num_prompts: int, prompt_len: int,
+                      target: str = "h100") -> dict[str, Any]:
+    """Compile the sampler's decode loop for ``num_prompts`` x ``settings.n`` rows of a
+    ``prompt_len``-token prompt and ``settings.max_new_tokens`` new tokens on a deviceless
+    ``target`` GPU -> ``{"target", "target_source", "compile_s", "rows", "prompt_bucket",
+    **decode_step_costs, "ideal": ideal_bytes, "weight_bytes_bf16", "materialized_pct" (of the bf16
+    weight bytes), "est_over_ideal", "memory": per-device args/temps}``."""
+    if num_prompts < 1 or prompt_len < 1:
+        raise ValueError(f"num_prompts and prompt_len must be >= 1, got {num_prompts}, {prompt_len}")
+    _, source = target_config(target)
+    mesh = target_mesh(target)
+    params, args, info = sample_plan.abstract_decode_inputs(config, settings, mesh, "rollout", num_prompts,
+                                                            prompt_len)
+    t0 = time.perf_counter()
+    with sh.activation_sharding(mesh):
+        compiled = decode_loop.lower(config, settings, mesh, params, *args).compile()
+    compile_s = time.perf_counter() - t0
+    costs = decode_step_costs(compiled.as_text())
+    ideal = ideal_bytes(config, num_prompts, settings.n, prompt_len, settings.max_new_tokens)
+    mem = memory_plan.memory_row(target, compiled, compile_s)
+    return {"target": target, "target_source": source, "compile_s": compile_s, **info, **costs, "ideal": ideal,
+            "weight_bytes_bf16": ideal["weights"],
+            "materialized_pct": 100.0 * costs["materialized_bytes"] / ideal["weights"],
+            "est_over_ideal": costs["est_bytes"] / ideal["total"],
+            "memory": {k: mem[k] for k in ("args", "temps", "total")}}
+
+
+def report_lines(r: dict[str, Any], top: int = 5) -> list[str]:
+    """The printed per-decode-step report of :func:`gpu_decode_report`'s dict."""
+    gb = 1e9
+    out = [f"target: {r['target_source']}",
+           f"decode loop, {r['rows']} rows, prompt bucket {r['prompt_bucket']}: compiled in {r['compile_s']:.1f} s",
+           f"  slice/copy bytes materialised per decode step: {r['materialized_bytes'] / gb:.3f} GB "
+           f"({r['materialized_pct']:.1f} % of the {r['weight_bytes_bf16'] / gb:.3f} GB of bf16 weights)",
+           f"  kernels per decode step: {r['kernels']:,} ("
+           + ", ".join(f"{k} {v:,}" for k, v in sorted(r["kernel_ops"].items(), key=lambda kv: -kv[1])) + ")",
+           f"  est. bytes moved per decode step: {r['est_bytes'] / gb:.3f} GB = {r['est_over_ideal']:.2f} x the "
+           f"ideal {r['ideal']['total'] / gb:.3f} GB (weights {r['ideal']['weights'] / gb:.3f} + KV "
+           f"{r['ideal']['kv'] / gb:.3f})"]
+    for c in r["copies"][:top]:
+        out.append(f"    {c['name']} ({c['op']}) {c['shape']}: {c['bytes']:,} B x {c['times']}")
+    return out
+
+
+def summary(r: dict[str, Any]) -> dict[str, float]:
+    """The headline figures of a report (JSON-friendly scalars)."""
+    return {k: float(np.round(r[k], 4)) for k in ("materialized_pct", "est_over_ideal", "compile_s")} | {
+        "kernels": r["kernels"], "materialized_bytes": r["materialized_bytes"], "est_bytes": r["est_bytes"],
+        "ideal_bytes": r["ideal"]["total"]}

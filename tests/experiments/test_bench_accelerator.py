@@ -1,0 +1,65 @@
+"""experiments/bench_accelerator.py: case parsing, the model-FLOP count of the issue's train step,
+and the --smoke run on CPU (ceilings + decode fast; every part, torch baselines included, slow)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments import bench_accelerator as ba
+from maxk_jax.models import qwen2
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_cases_parse_and_bad_ones_are_named():
+    assert ba.parse_case("16x8:512/256") == (16, 8, 512, 256)
+    for bad in ("16x8", "16x8:512", "0x8:512/256", "ax8:1/1"):
+        with pytest.raises(ValueError, match=f"'{bad}'"):
+            ba.parse_case(bad)
+
+
+def test_model_flops_of_the_issue_train_step():
+    c = qwen2.preset("qwen2.5-coder-1.5b")
+    layer = 1536 * 1536 * 2 + 2 * 1536 * 256 + 3 * 1536 * 8960          # q, o; k, v; gate, up, down
+    forward_per_token = 2 * (28 * layer + 1536 * 151936 * 256 / 768) + 4 * 28 * 768 * 1536   # LM head on T of S
+    assert ba.model_flops(c, 128, 768, 256) == pytest.approx(3 * forward_per_token * 128 * 768, rel=1e-12)
+
+
+def _run(tmp_path, *args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "experiments.bench_accelerator", "--smoke", *args,
+                           f"--results_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_smoke_ceilings_and_decode(tmp_path):
+    out = _run(tmp_path, "--parts=ceilings,decode", "--cases=1x2:16/4", "--repeats=1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads((tmp_path / "bench_accelerator.json").read_text())
+    (d,) = res["decode"]
+    assert (d["prompts"], d["n"], d["prompt_len"], d["new_tokens"]) == (1, 2, 16, 4)
+    assert d["tok_per_s"] == pytest.approx(8 / d["steady_s"]) and 0 < d["prefill_s"] < d["steady_s"]
+    assert d["roofline_ms_per_step"] == pytest.approx(1e3 * d["ideal_gb_per_step"] * 1e9
+                                                      / res["ceilings"]["hbm_bytes_per_s"])
+    assert d["frac_of_roofline"] == pytest.approx(d["roofline_ms_per_step"] / d["ms_per_step"])
+    table = (tmp_path / "bench_accelerator.md").read_text()
+    assert "| tiny decode, 1 x n = 2, 16 / 4 |" in table and table in out.stdout
+    assert (tmp_path / "bench_accelerator.png").stat().st_size > 0
+
+
+def test_bad_flags_fail_in_one_line(tmp_path):
+    out = _run(tmp_path, "--parts=decode,nope")
+    assert out.returncode == 2 and "'nope'" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_smoke_every_part(tmp_path):
+    pytest.importorskip("torch")
+    out = _run(tmp_path, "--repeats=1", "--train_attention=auto,chunked")
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads((tmp_path / "bench_accelerator.json").read_text())
+    assert len(res["decode"]) == 2 and res["hf_generate"]["tok_per_s"] > 0
+    assert [t["attention"] for t in res["train"]] == ["auto", "chunked"]
+    assert res["train"][0]["loss0"] == res["train"][1]["loss0"]          # auto is chunked on CPU
+    assert res["torch_train"]["tokens_per_s"] > 0
+    assert "PyTorch + transformers" in (tmp_path / "bench_accelerator.md").read_text()

@@ -1,0 +1,135 @@
+"""maxk_jax.gpu_plan: the per-decode-step accounting of an optimized GPU HLO module (hand-written
+module: copies, kernels, bytes, nested trip counts) and, where the CUDA plugin is installed, the
+deviceless H100 compile of the decode loop."""
+import pytest
+
+from maxk_jax import gpu_plan
+from maxk_jax.models import qwen2
+from maxk_jax.sampling import SamplerSettings
+
+# outer decode loop (body %step) with a nested layer loop (trip 4) whose body slices a weight out of
+# a stacked [4, 8, 16] bf16 array (a memcpy fusion), multiplies (a cuBLAS custom call), copies, and
+# updates a cache row in place; a prologue fusion outside the loop is not counted.
+HLO = """HloModule jit_decode_loop
+
+%fused_slice (param_0: bf16[4,8,16], param_1: s32[]) -> bf16[1,8,16] {
+  %param_0 = bf16[4,8,16]{2,1,0} parameter(0)
+  %param_1 = s32[] parameter(1)
+  %c0 = s32[] constant(0)
+  %ds = bf16[1,8,16]{2,1,0} dynamic-slice(%param_0, %param_1, %c0, %c0), dynamic_slice_sizes={1,8,16}
+  ROOT %copy.1 = bf16[1,8,16]{2,1,0} copy(%ds)
+}
+
+%fused_update (param_0.1: f32[4,32], param_1.1: f32[1,32], param_2: s32[]) -> f32[4,32] {
+  %param_0.1 = f32[4,32]{1,0} parameter(0)
+  %param_1.1 = f32[1,32]{1,0} parameter(1)
+  %param_2 = s32[] parameter(2)
+  %c1 = s32[] constant(0)
+  ROOT %dus = f32[4,32]{1,0} dynamic-update-slice(%param_0.1, %param_1.1, %param_2, %c1)
+}
+
+%fused_add (param_0.2: f32[2,8], param_1.2: f32[2,8]) -> f32[2,8] {
+  %param_0.2 = f32[2,8]{1,0} parameter(0)
+  %param_1.2 = f32[2,8]{1,0} parameter(1)
+  ROOT %add.9 = f32[2,8]{1,0} add(%param_0.2, %param_1.2)
+}
+
+%fused_read_row (param_0.3: bf16[4,32]) -> f32[1,32] {
+  %param_0.3 = bf16[4,32]{1,0} parameter(0)
+  %cv = f32[4,32]{1,0} convert(%param_0.3)
+  %sl = f32[1,32]{1,0} slice(%cv), slice={[1:2], [0:32]}
+  ROOT %neg = f32[1,32]{1,0} negate(%sl)
+}
+
+%layer_body (p: (s32[], bf16[4,8,16], bf16[2,8])) -> (s32[], bf16[4,8,16], bf16[2,8]) {
+  %p = (s32[], bf16[4,8,16]{2,1,0}, bf16[2,8]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %w = bf16[4,8,16]{2,1,0} get-tuple-element(%p), index=1
+  %x = bf16[2,8]{1,0} get-tuple-element(%p), index=2
+  %slice_fusion = bf16[1,8,16]{2,1,0} fusion(%w, %i), kind=kLoop, calls=%fused_slice
+  %bc = bf16[8,16]{1,0} bitcast(%slice_fusion)
+  %gemm = (bf16[2,16]{1,0}, s8[64]{0}) custom-call(%x, %bc), custom_call_target="__cublas$gemm"
+  %y = bf16[2,16]{1,0} get-tuple-element(%gemm), index=0
+  %y2 = bf16[2,16]{1,0} copy(%y)
+  ROOT %t = (s32[], bf16[4,8,16]{2,1,0}, bf16[2,8]{1,0}) tuple(%i, %w, %x)
+}
+
+%layer_cond (p.1: (s32[], bf16[4,8,16], bf16[2,8])) -> pred[] {
+  %p.1 = (s32[], bf16[4,8,16]{2,1,0}, bf16[2,8]{1,0}) parameter(0)
+  ROOT %lt = pred[] compare(%a, %b), direction=LT
+}
+
+%step (q: (s32[], f32[4,32], f32[2,8])) -> (s32[], f32[4,32], f32[2,8]) {
+  %q = (s32[], f32[4,32]{1,0}, f32[2,8]{1,0}) parameter(0)
+  %s = s32[] get-tuple-element(%q), index=0
+  %cache = f32[4,32]{1,0} get-tuple-element(%q), index=1
+  %h = f32[2,8]{1,0} get-tuple-element(%q), index=2
+  %layers = (s32[], bf16[4,8,16]{2,1,0}, bf16[2,8]{1,0}) while(%init), condition=%layer_cond, body=%layer_body, backend_config={"known_trip_count":{"n":"4"}}
+  %row = f32[1,32]{1,0} constant({...})
+  %upd = f32[4,32]{1,0} fusion(%cache, %row, %s), kind=kLoop, calls=%fused_update
+  %h2 = f32[2,8]{1,0} fusion(%h, %h), kind=kLoop, calls=%fused_add
+  %kv = bf16[4,32]{1,0} constant({...})
+  %one = f32[1,32]{1,0} fusion(%kv), kind=kLoop, calls=%fused_read_row
+  %mc = f32[2,8]{1,0} custom-call(%h2), custom_call_target="__gpu$xla.gpu.memcpy"
+  ROOT %u = (s32[], f32[4,32]{1,0}, f32[2,8]{1,0}) tuple(%s, %upd, %mc)
+}
+
+%step_cond (q.1: (s32[], f32[4,32], f32[2,8])) -> pred[] {
+  %q.1 = (s32[], f32[4,32]{1,0}, f32[2,8]{1,0}) parameter(0)
+  %s1 = s32[] get-tuple-element(%q.1), index=0
+  %s2 = s32[] constant(8)
+  ROOT %c = pred[] compare(%s1, %s2), direction=LT
+}
+
+ENTRY %main (a: f32[2,8]) -> f32[2,8] {
+  %a = f32[2,8]{1,0} parameter(0)
+  %pro = f32[2,8]{1,0} fusion(%a, %a), kind=kLoop, calls=%fused_add
+  %loop = (s32[], f32[4,32]{1,0}, f32[2,8]{1,0}) while(%t0), condition=%step_cond, body=%step
+  ROOT %r = f32[2,8]{1,0} get-tuple-element(%loop), index=2
+}
+"""
+
+
+def test_decode_step_costs_of_a_hand_written_module():
+    r = gpu_plan.decode_step_costs(HLO)
+    # per layer: slice fusion, gemm, copy (x 4 layers; the condition of a loop of known trip count
+    # never runs); per step: update, add and row fusions, memcpy, and the step condition's compare
+    assert r["kernel_ops"] == {"fusion": 4 + 3, "custom-call": 4 + 1, "copy": 4, "compare": 1}
+    assert r["kernels"] == 17
+    # slices: 8*16 bf16 = 256 B x 4; copy of bf16[2,16] = 64 B x 4; memcpy f32[2,8] = 64 B
+    assert r["materialized_bytes"] == 256 * 4 + 64 * 4 + 64
+    assert {(c["name"], c["bytes"], c["times"]) for c in r["copies"]} == {
+        ("slice_fusion", 256, 4), ("y2", 64, 4), ("mc", 64, 1)}
+    per_layer = (256 + 4 + 256) + (32 + 256 + 64 + 64) + (64 + 64)   # the slice reads 256 B of the stack
+    # the update reads its row and index and writes the row in place (not the whole [4, 32] cache)
+    # the row fusion reads one bf16 row of the [4, 32] operand it converts and slices (64 B), writes 128 B
+    per_step = (128 + 4 + 128) + (64 + 64 + 64) + (64 + 128) + (64 + 64) + (4 + 4 + 1)
+    assert r["est_bytes"] == 4 * per_layer + per_step
+    assert r["traffic"][0]["name"] == "slice_fusion"
+
+
+def test_decode_step_costs_needs_a_loop_and_ideal_bytes_count_prompts_once():
+    with pytest.raises(ValueError, match="no while loop"):
+        gpu_plan.decode_step_costs("HloModule m\n\nENTRY %main (a: f32[2]) -> f32[2] {\n"
+                                   "  ROOT %a = f32[2]{0} parameter(0)\n}\n")
+    c = qwen2.preset("qwen2.5-coder-1.5b")
+    ideal = gpu_plan.ideal_bytes(c, 16, 8, 512, 256)
+    per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim_ * 2
+    assert ideal["kv"] == per_token * (16 * 512 + 128 * 128)
+    assert ideal["weights"] == 2 * qwen2.param_count(c) and ideal["total"] == ideal["weights"] + ideal["kv"]
+    text, source = gpu_plan.target_config("h100")
+    assert "cuda_compute_capability { major: 9 }" in text and "h100.txtpb" in source
+    with pytest.raises(ValueError, match="unknown GPU target"):
+        gpu_plan.target_config("a100")
+
+
+@pytest.mark.slow
+def test_h100_plan_of_a_small_model():
+    if not gpu_plan.plugin_available():
+        pytest.skip("the CUDA plugin (gpu-plan extra) is not installed")
+    config = qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                               num_kv_heads=2, dtype="bfloat16")
+    r = gpu_plan.gpu_decode_report(config, SamplerSettings(n=2, max_new_tokens=8), 2, 16)
+    assert r["rows"] == 4 and r["kernels"] > 0 and r["est_bytes"] > 0 and r["compile_s"] > 0
+    assert r["materialized_pct"] >= 0 and "h100.txtpb" in r["target_source"]
+    assert any("kernels per decode step" in line for line in gpu_plan.report_lines(r))
