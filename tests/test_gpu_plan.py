@@ -126,7 +126,7 @@ def test_decode_step_costs_needs_a_loop_and_ideal_bytes_count_prompts_once():
 @pytest.mark.slow
 def test_h100_plan_of_a_small_model():
     if not gpu_plan.plugin_available():
-        pytest.skip("the CUDA plugin (gpu-plan extra) is not installed")
+        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
     config = qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                                num_kv_heads=2, dtype="bfloat16")
     r = gpu_plan.gpu_decode_report(config, SamplerSettings(n=2, max_new_tokens=8), 2, 16)

@@ -58,14 +58,14 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
     if tokens.ndim != 1 or positions.shape != tokens.shape:
         raise ValueError(f"decode_step needs tokens [B] and positions [B], got {tokens.shape} "
                          f"and {positions.shape}")
-    if cache.k.ndim != 5 or cache.prompt_k.ndim != 5:
-        raise ValueError(f"cache k / prompt_k must be [L,B,K,S,D], got shapes {cache.k.shape}, "
-                         f"{cache.prompt_k.shape}")
-    if cache.k.shape[1] != tokens.shape[0]:
-        raise ValueError(f"cache sample batch {cache.k.shape[1]} != tokens batch {tokens.shape[0]}")
+    if cache.k[0].ndim != 4 or cache.prompt_k[0].ndim != 4:
+        raise ValueError(f"cache k / prompt_k must be L arrays [B,K,S,D], got shapes {cache.k[0].shape}, "
+                         f"{cache.prompt_k[0].shape}")
+    if cache.k[0].shape[0] != tokens.shape[0]:
+        raise ValueError(f"cache sample batch {cache.k[0].shape[0]} != tokens batch {tokens.shape[0]}")
     params = unstack_layers(params)
-    if len(params["layers"]) != cache.k.shape[0]:
-        raise ValueError(f"params have {len(params['layers'])} layers, the cache {cache.k.shape[0]}")
+    if len(params["layers"]) != cache.num_layers:
+        raise ValueError(f"params have {len(params['layers'])} layers, the cache {cache.num_layers}")
     h = nn.with_logical_constraint(qwen2.Embed(config).apply({"params": params["embed"]}, tokens[:, None]),
                                    qwen2.ACT_BTE)
     rope = qwen2.rope_tables(positions[:, None].astype(jnp.int32), config.head_dim_, config.rope_theta)
@@ -74,14 +74,17 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
     new_k, new_v = [], []
     for i, layer_params in enumerate(params["layers"]):
         h, (k_i, v_i) = layer.apply({"params": layer_params}, h, (cache.prompt_k[i], cache.prompt_v[i],
-                                                                  cache.k[i], cache.v[i]), rope, mask)
+                                                                  cache.k[i], cache.v[i]), rope, mask)   # in place
         new_k.append(k_i)
         new_v.append(v_i)
     logits = qwen2.output_logits(config, params, h)[:, 0]
-    # The barrier makes the write wait for the logits, i.e. for every layer's read of the old
-    # cache; otherwise XLA may schedule the write first and copy the whole cache every step.
-    logits, k_new, v_new = jax.lax.optimization_barrier((logits, jnp.stack(new_k), jnp.stack(new_v)))
-    # [L, B, K, D] into slot ``length`` (dropped when length >= S).
-    k = cache.k.at[:, :, :, cache.length].set(k_new.astype(cache.k.dtype), mode="drop")
-    v = cache.v.at[:, :, :, cache.length].set(v_new.astype(cache.v.dtype), mode="drop")
+    # The barrier makes the writes wait for the logits, i.e. for every layer's read of the old
+    # cache; otherwise XLA may schedule a write first and copy that layer's cache block.
+    logits, new_k, new_v = jax.lax.optimization_barrier((logits, tuple(new_k), tuple(new_v)))
+
+    def write(block: jax.Array, new: jax.Array) -> jax.Array:   # [B, K, D] into slot ``length`` (dropped past S)
+        return block.at[:, :, cache.length].set(new.astype(block.dtype), mode="drop")
+
+    k = tuple(write(c, x) for c, x in zip(cache.k, new_k))
+    v = tuple(write(c, x) for c, x in zip(cache.v, new_v))
     return logits, cache.replace(k=k, v=v, length=cache.length + 1)

@@ -1,15 +1,17 @@
 """Shared-prefix KV cache for sampling n completions of each of P prompts, and its attention.
 
-Layout (a ``flax.struct.dataclass``, i.e. a plain pytree)::
+Layout (a ``flax.struct.dataclass``, i.e. a plain pytree; ONE ARRAY PER LAYER, so a decode step
+reads and writes each layer's block in place instead of slicing it out of a stacked array, which
+XLA:GPU materialises as a copy)::
 
-    prompt_k, prompt_v  [L, P, K, Tp, D]     the P prompts' keys/values, stored ONCE per prompt
+    prompt_k, prompt_v  L x [P, K, Tp, D]     the P prompts' keys/values, stored ONCE per prompt
     prompt_valid        [P, Tp] bool          prompt slot holds a real (non-padding) token
-    k, v                [L, P*n, K, S, D]     each sample's own generated keys/values
+    k, v                L x [P*n, K, S, D]    each sample's own generated keys/values
                                               (row p*n + i = sample i of prompt p)
     length              [] int32              generated slots filled; every row decodes in
                                               lockstep, so one counter serves all
 
-Batch axes: 1 of prompt_k/v/k/v, 0 of prompt_valid (see :func:`cache_logical_axes`). With n = 1
+Batch axes: 0 of every layer's prompt_k/v/k/v and of prompt_valid (see :func:`cache_logical_axes`). With n = 1
 it is an ordinary per-sequence cache. The heads-before-slots layout makes each (row, kv head) a
 contiguous [S, D] block, contracted without repeating K/V over the query groups.
 
@@ -39,27 +41,32 @@ class KVCache:
     """Shared-prefix KV cache of P prompts x n samples (a plain pytree; see the module
     docstring): the prompts' keys/values once, each sample's generated keys/values apart."""
 
-    prompt_k: jax.Array  # [L, P, K, Tp, D]
-    prompt_v: jax.Array  # [L, P, K, Tp, D]
+    prompt_k: tuple[jax.Array, ...]  # L x [P, K, Tp, D]
+    prompt_v: tuple[jax.Array, ...]  # L x [P, K, Tp, D]
     prompt_valid: jax.Array  # [P, Tp] bool: prompt slot holds a real (non-padding) token
-    k: jax.Array  # [L, P*n, K, S, D]: generated tokens; row p*n + i = sample i of prompt p
-    v: jax.Array  # [L, P*n, K, S, D]
+    k: tuple[jax.Array, ...]  # L x [P*n, K, S, D]: generated tokens; row p*n + i = sample i of prompt p
+    v: tuple[jax.Array, ...]  # L x [P*n, K, S, D]
     length: jax.Array  # [] int32: generated slots filled (= the next one to write), every row
+
+    @property
+    def num_layers(self) -> int:
+        """Number of layers L (arrays per field)."""
+        return len(self.k)
 
     @property
     def prompt_len(self) -> int:
         """Number of prompt slots Tp."""
-        return self.prompt_k.shape[3]
+        return self.prompt_k[0].shape[2]
 
     @property
     def max_len(self) -> int:
         """Number of generated-token slots S."""
-        return self.k.shape[3]
+        return self.k[0].shape[2]
 
     @property
     def n(self) -> int:
         """Samples per prompt (rows of k / rows of prompt_k)."""
-        return self.k.shape[1] // self.prompt_k.shape[1]
+        return self.k[0].shape[0] // self.prompt_k[0].shape[0]
 
 
 
@@ -67,26 +74,29 @@ def init_cache(config: Qwen2Config, batch: int, prompt_len: int, new_len: int, n
                dtype: Any | None = None) -> KVCache:
     """Empty shared-prefix cache for ``batch`` = P prompts of up to ``prompt_len`` = Tp tokens and
     ``n`` samples each with ``new_len`` = S generated-token slots: prompt_k/v zeros [L,P,K,Tp,D],
-    k/v zeros [L,P*n,K,S,D] (dtype defaults to the compute dtype), no valid slot, length 0."""
+    k/v zeros [L,P*n,K,S,D], each field one array per layer (dtype defaults to the compute dtype), no
+    valid slot, length 0."""
     for name, value in (("batch", batch), ("prompt_len", prompt_len), ("new_len", new_len),
                         ("n", n)):
         if value <= 0:
             raise ValueError(f"init_cache needs {name} > 0, got {value}")
     dtype = config.compute_dtype if dtype is None else jnp.dtype(dtype)
     l, kv, d = config.num_layers, config.num_kv_heads, config.head_dim_
-    prompt = (l, batch, kv, prompt_len, d)
-    own = (l, batch * n, kv, new_len, d)
-    return KVCache(prompt_k=jnp.zeros(prompt, dtype), prompt_v=jnp.zeros(prompt, dtype),
+    prompt = (batch, kv, prompt_len, d)
+    own = (batch * n, kv, new_len, d)
+
+    def layers(shape: tuple[int, ...]) -> tuple[jax.Array, ...]:
+        return tuple(jnp.zeros(shape, dtype) for _ in range(l))
+
+    return KVCache(prompt_k=layers(prompt), prompt_v=layers(prompt),
                    prompt_valid=jnp.zeros((batch, prompt_len), jnp.bool_),
-                   k=jnp.zeros(own, dtype), v=jnp.zeros(own, dtype),
-                   length=jnp.zeros((), jnp.int32))
+                   k=layers(own), v=layers(own), length=jnp.zeros((), jnp.int32))
 
 
-def cache_logical_axes() -> KVCache:
-    """Logical axis names of every :class:`KVCache` field (for sharding a cache): the prompt
-    and the sample blocks are both split along their batch axis ('cache_batch')."""
-    kv = jax.sharding.PartitionSpec("layers", "cache_batch", "cache_kv_heads", "cache_length",
-                                    "head_dim")
+def cache_logical_axes(num_layers: int) -> KVCache:
+    """Logical axis names of every :class:`KVCache` field of ``num_layers`` layers (for sharding a
+    cache): the prompt and the sample blocks are both split along their batch axis ('cache_batch')."""
+    kv = (jax.sharding.PartitionSpec("cache_batch", "cache_kv_heads", "cache_length", "head_dim"),) * num_layers
     return KVCache(prompt_k=kv, prompt_v=kv,
                    prompt_valid=jax.sharding.PartitionSpec("cache_batch", "cache_length"),
                    k=kv, v=kv, length=jax.sharding.PartitionSpec())

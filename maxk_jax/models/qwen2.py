@@ -451,17 +451,17 @@ def prefill(config: Qwen2Config, params: Params, tokens: jax.Array, attention_ma
     """
     mask = _check_tokens(tokens, attention_mask)
     b, t = tokens.shape
-    if cache.prompt_k.shape[1] != b:
-        raise ValueError(f"cache prompt batch {cache.prompt_k.shape[1]} != tokens batch {b}")
+    if cache.prompt_k[0].shape[0] != b:
+        raise ValueError(f"cache prompt batch {cache.prompt_k[0].shape[0]} != tokens batch {b}")
     if t > cache.prompt_len:
         raise ValueError(f"prompt length {t} exceeds cache prompt_len {cache.prompt_len}")
     out, (k, v) = Qwen2(config, mode="prefill", last_only=last_only).apply(
         {"params": params}, tokens, positions_from_mask(mask), _causal_mask(mask))
-    # [L,P,T,K,D] -> [L,P,K,T,D], written into prompt slots 0..T-1.
-    k = jax.lax.dynamic_update_slice(cache.prompt_k, k.swapaxes(2, 3).astype(cache.prompt_k.dtype),
-                                     (0, 0, 0, 0, 0))
-    v = jax.lax.dynamic_update_slice(cache.prompt_v, v.swapaxes(2, 3).astype(cache.prompt_v.dtype),
-                                     (0, 0, 0, 0, 0))
+    # Layer i's [P,T,K,D] -> [P,K,T,D], written into its prompt slots 0..T-1.
+    k = tuple(jax.lax.dynamic_update_slice(c, k[i].swapaxes(1, 2).astype(c.dtype), (0, 0, 0, 0))
+              for i, c in enumerate(cache.prompt_k))
+    v = tuple(jax.lax.dynamic_update_slice(c, v[i].swapaxes(1, 2).astype(c.dtype), (0, 0, 0, 0))
+              for i, c in enumerate(cache.prompt_v))
     valid = jax.lax.dynamic_update_slice(jnp.zeros_like(cache.prompt_valid), mask, (0, 0))
     out = out[:, -1] if last_only else out
     return out, cache.replace(prompt_k=k, prompt_v=v, prompt_valid=valid,

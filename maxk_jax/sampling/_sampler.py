@@ -17,8 +17,8 @@ How it runs (two jit-compiled functions, config and :class:`SamplerSettings` sta
    up to a multiple of the shard count; dummy one-token prompts, discarded), so new prompt
    lengths / counts reuse a compiled program. Each prompt is run through the model ONCE and its
    K/V are stored ONCE in a shared-prefix :class:`maxk_jax.models.kv_cache.KVCache`: the prompt
-   block [L, Pb, K, Tp, D] and, per sample row (row p*n + i = sample i of prompt p), a block of
-   ``max(T - 1, 1)`` generated-token slots [L, Pb*n, K, T-1, D]; only the last-position logits
+   block (per layer [Pb, K, Tp, D]) and, per sample row (row p*n + i = sample i of prompt p), a block of
+   ``max(T - 1, 1)`` generated-token slots (per layer [Pb*n, K, T-1, D]); only the last-position logits
    are repeated n times ([Pb*n, V]).
 2. **Decode** (:func:`decode_loop`, cache donated): token 0 is drawn from the prefill logits, then a
    ``lax.while_loop`` runs one ``qwen2.decode_step`` per token and stops as soon as every row has
@@ -135,7 +135,7 @@ class _LoopState:
     """Carry of the decode ``while_loop`` (B = Pb * n rows, T = max_new_tokens)."""
 
     step: jax.Array  # [] int32: index of the next token to generate
-    cache: qwen2.KVCache  # prompt block [L, Pb, K, Tp, D], samples' own [L, B, K, T-1, D]
+    cache: qwen2.KVCache  # per layer: prompt block [Pb, K, Tp, D], samples' own [B, K, T-1, D]
     done: jax.Array  # [B] bool: the row has emitted a stop token (or is a dummy row)
     tokens: jax.Array  # [B, T] int32
     logprobs: jax.Array  # [B, T] float32
@@ -170,21 +170,23 @@ def _constrain_draw_rows(x: jax.Array, mesh: Mesh | None) -> jax.Array:
 
 
 def cache_shardings(cache: qwen2.KVCache, mesh: Mesh) -> qwen2.KVCache:
-    """``NamedSharding`` of every cache field on ``mesh``: the prompt block over its Pb rows
-    (prompt_k/v axis 1, prompt_valid axis 0) and the samples' block over its Pb*n rows (k/v axis
-    1) along the batch axes ('data', 'fsdp'); the K/V head axis (2) over ``tensor`` when that
-    axis divides the KV-head count (as the K/V projections of the weights are split), so a
-    tensor-parallel decode step writes and reads its own heads' cache without a gather;
-    ``length`` replicated."""
+    """``NamedSharding`` of every cache field on ``mesh``: each layer's prompt block over its Pb
+    rows (axis 0; prompt_valid axis 0) and each layer's samples' block over its Pb*n rows along the
+    batch axes ('data', 'fsdp'); the K/V head axis (1) over ``tensor`` when that axis divides the
+    KV-head count (as the K/V projections of the weights are split), so a tensor-parallel decode
+    step writes and reads its own heads' cache without a gather; ``length`` replicated."""
     tensor = mesh.shape.get("tensor", 1)
 
     def kv(x: jax.Array) -> NamedSharding:
-        heads = "tensor" if tensor > 1 and x.shape[2] % tensor == 0 else None
-        return NamedSharding(mesh, PartitionSpec(None, sharding_lib.BATCH_AXES, heads, None, None))
+        heads = "tensor" if tensor > 1 and x.shape[1] % tensor == 0 else None
+        return NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, heads, None, None))
 
-    return cache.replace(prompt_k=kv(cache.prompt_k), prompt_v=kv(cache.prompt_v),
+    def layers(blocks: tuple[jax.Array, ...]) -> tuple[NamedSharding, ...]:
+        return tuple(kv(x) for x in blocks)
+
+    return cache.replace(prompt_k=layers(cache.prompt_k), prompt_v=layers(cache.prompt_v),
                          prompt_valid=NamedSharding(mesh, PartitionSpec(sharding_lib.BATCH_AXES, None)),
-                         k=kv(cache.k), v=kv(cache.v), length=NamedSharding(mesh, PartitionSpec()))
+                         k=layers(cache.k), v=layers(cache.v), length=NamedSharding(mesh, PartitionSpec()))
 
 
 def _constrain_cache(cache: qwen2.KVCache, mesh: Mesh | None) -> qwen2.KVCache:
@@ -272,7 +274,7 @@ def prefill_prompts(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: 
              ) -> tuple[jax.Array, qwen2.KVCache]:
     """Prefill Pb prompts once. tokens/mask [Pb, Tp] (left-padded) -> (last-position logits
     [Pb*n, V] float32 (row p*n + i = sample i of prompt p), shared-prefix cache: prompt block
-    [L, Pb, K, Tp, D] filled, samples' block [L, Pb*n, K, max(T - 1, 1), D] empty)."""
+    L x [Pb, K, Tp, D] filled, samples' block L x [Pb*n, K, max(T - 1, 1), D] empty)."""
     pb, tp = tokens.shape
     cache = _constrain_cache(qwen2.init_cache(config, pb, tp, max(settings.max_new_tokens - 1, 1),
                                               settings.n), mesh)

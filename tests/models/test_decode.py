@@ -27,15 +27,17 @@ def _config(**kw):
 @functools.partial(jax.jit, static_argnums=0)
 def scanned_decode_step(config, params, tokens, positions, cache):
     """The decode step as the model ran it before the unrolled step: the layers as ONE nn.scan over
-    the stacked weights (Qwen2(mode="decode")), then every layer's K/V written into slot length."""
+    the stacked weights and the stacked cache (Qwen2(mode="decode")), then every layer's K/V written
+    into slot length."""
     valid = jnp.arange(cache.max_len) < cache.length
+    stacked = [jnp.stack(x) for x in (cache.prompt_k, cache.prompt_v, cache.k, cache.v)]
     out, (k_new, v_new) = qwen2.Qwen2(config, mode="decode").apply(
         {"params": params}, tokens[:, None], positions[:, None].astype(jnp.int32),
-        (cache.prompt_valid, valid), (cache.prompt_k, cache.prompt_v, cache.k, cache.v))
+        (cache.prompt_valid, valid), tuple(stacked))
     out, k_new, v_new = jax.lax.optimization_barrier((out, k_new, v_new))
-    k = cache.k.at[:, :, :, cache.length].set(k_new.astype(cache.k.dtype), mode="drop")
-    v = cache.v.at[:, :, :, cache.length].set(v_new.astype(cache.v.dtype), mode="drop")
-    return out[:, 0], cache.replace(k=k, v=v, length=cache.length + 1)
+    k = stacked[2].at[:, :, :, cache.length].set(k_new.astype(stacked[2].dtype), mode="drop")
+    v = stacked[3].at[:, :, :, cache.length].set(v_new.astype(stacked[3].dtype), mode="drop")
+    return out[:, 0], cache.replace(k=tuple(k), v=tuple(v), length=cache.length + 1)
 
 
 @pytest.mark.parametrize("dtype,tie", [("float32", True), pytest.param("float32", False, marks=pytest.mark.slow),

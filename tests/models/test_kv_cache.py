@@ -12,13 +12,15 @@ def test_init_cache_shapes_and_errors():
     config = qwen2.Qwen2Config(vocab_size=16, hidden_size=16, intermediate_size=32, num_layers=3,
                                num_heads=4, num_kv_heads=2)
     cache = kv_cache.init_cache(config, 2, 5, 7, n=3, dtype="bfloat16")
-    assert cache.prompt_k.shape == cache.prompt_v.shape == (3, 2, 2, 5, 4)
-    assert cache.k.shape == cache.v.shape == (3, 6, 2, 7, 4) and cache.k.dtype == jnp.bfloat16
+    assert cache.num_layers == len(cache.prompt_k) == len(cache.v) == 3   # one array per layer
+    assert {x.shape for x in cache.prompt_k + cache.prompt_v} == {(2, 2, 5, 4)}
+    assert {x.shape for x in cache.k + cache.v} == {(6, 2, 7, 4)} and cache.k[0].dtype == jnp.bfloat16
     assert cache.prompt_valid.shape == (2, 5) and not np.asarray(cache.prompt_valid).any()
     assert int(cache.length) == 0 and (cache.n, cache.prompt_len, cache.max_len) == (3, 5, 7)
-    axes = kv_cache.cache_logical_axes()
-    assert jax.tree.structure(axes) == jax.tree.structure(cache)
-    assert axes.prompt_k[1] == axes.k[1] == axes.prompt_valid[0] == "cache_batch"
+    axes = kv_cache.cache_logical_axes(3)
+    is_spec = lambda x: isinstance(x, jax.sharding.PartitionSpec)  # noqa: E731
+    assert jax.tree.structure(axes, is_leaf=is_spec) == jax.tree.structure(cache)
+    assert axes.prompt_k[2][0] == axes.k[0][0] == axes.prompt_valid[0] == "cache_batch"
     for bad in (dict(batch=0), dict(prompt_len=0), dict(new_len=-1), dict(n=0)):
         kw = dict(batch=2, prompt_len=5, new_len=7, n=1) | bad
         with pytest.raises(ValueError, match=f"{next(iter(bad))} > 0"):

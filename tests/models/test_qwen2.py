@@ -113,7 +113,7 @@ def test_shared_prefix_cache_decodes_n_samples_per_prompt():
     np.testing.assert_allclose(np.asarray(last), np.asarray(
         qwen2.logits(config, params, prompts, mask))[:, -1], atol=1e-5)
     # The prompt block holds each prompt once; only the samples' own block has P * n rows.
-    assert cache.prompt_k.shape[1] == 2 and cache.k.shape[1] == 6 and cache.n == n
+    assert cache.prompt_k[0].shape[0] == 2 and cache.k[0].shape[0] == 6 and cache.n == n
     new = rng.integers(0, config.vocab_size, (6, steps))  # a different completion per sample
     positions = np.repeat(mask.sum(-1), n)
     seqs = np.concatenate([np.repeat(prompts, n, 0), new], 1)
