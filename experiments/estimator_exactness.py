@@ -1,7 +1,7 @@
 """The exactness table: every estimator's expected update against the exact grad max@k, enumerated.
 
     .venv/bin/python -m experiments.estimator_exactness                 # markdown table on stdout
-    .venv/bin/python -m experiments.estimator_exactness --out=docs/offpolicy_unbiased_table.md
+    .venv/bin/python -m experiments.estimator_exactness --out=docs/results/offpolicy_unbiased_table.md
 
 The bandit of ``maxk_jax.rl.exactness``: 3 arms with rewards 0 / 0.5 / 1, n = 4 samples per row,
 k = 2, every sample tuple enumerated; the coefficients and each sample's weight come from the train
