@@ -3,7 +3,7 @@
 The twin of :mod:`maxk_jax.memory_plan` for the sampler. Parameters, the shared-prefix KV cache
 and the per-row loop inputs are ``jax.ShapeDtypeStruct``s carrying their ``NamedSharding``; the
 sampler's own jitted decode (``sampling.decode_loop``: a ``lax.while_loop`` of one
-``qwen2.decode_step`` per token) is lowered and compiled, and two things are read off it:
+``models.decode.decode_step`` per token) is lowered and compiled, and two things are read off it:
 
 * ``compiled.memory_analysis()``: per-device argument / temp bytes of the decode program;
 * every collective (all-gather, all-reduce, reduce-scatter, all-to-all, collective-permute) in the

@@ -16,6 +16,7 @@ same :class:`maxk_jax.models.qwen2.DecoderLayer` as the scanned model, so the lo
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -45,14 +46,15 @@ def unstack_layers(params: Params) -> Params:
     return {**params, "layers": tuple(jax.tree.map(lambda x, i=i: x[i], layers) for i in range(num))}
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, positions: jax.Array,
                 cache: KVCache) -> tuple[jax.Array, KVCache]:
     """One token per sample row with the layers unrolled: tokens [B], positions [B] int32, params
     stacked or per-layer (:func:`unstack_layers`), cache with B sample rows -> (float32 logits
     [B, V], the cache with these tokens' K/V in generated slot ``length`` and length + 1).
 
-    Same contract and the same values as :func:`maxk_jax.models.qwen2.decode_step`: the token
-    attends to the valid prompt slots, the generated slots before ``length`` and itself; the new
+    The model's decode step (jit-compiled, config static), with the values of the scanned model's
+    decode mode (``qwen2.Qwen2(mode="decode")``) for the same weights: the token attends to the valid prompt slots, the generated slots before ``length`` and itself; the new
     K/V of all layers are written into slot ``length`` after the last layer has read the cache
     (dropped when ``length >= S``)."""
     if tokens.ndim != 1 or positions.shape != tokens.shape:

@@ -22,7 +22,7 @@ and the three score blocks are normalised by one softmax (shared running max and
 the result equals attention over the concatenated [prompt, generated, self] keys.
 
 :func:`maxk_jax.models.qwen2.prefill` fills the prompt block and
-:func:`maxk_jax.models.qwen2.decode_step` writes one generated slot per step; ``qwen2``
+:func:`maxk_jax.models.decode.decode_step` writes one generated slot per step; ``qwen2``
 re-exports this module's names.
 """
 from __future__ import annotations

@@ -35,7 +35,7 @@ jit-compiled with the config static; n = 1 is an ordinary per-sequence cache)::
         # tokens, attention_mask: [P, T] (T <= Tp, left-padded); logits [P, T, V] float32
         # ([P, V] of the last position with last_only=True); the prompts' K/V go to prompt
         # slots 0..T-1 ONCE per prompt, prompt_valid[:, :T] = attention_mask, length = 0.
-    logits, cache = decode_step(config, params, tokens, positions, cache)
+    logits, cache = decode.decode_step(config, params, tokens, positions, cache)   # models.decode
         # tokens, positions: [P*n] int32 (row p*n + i = sample i of prompt p; position = number
         # of real tokens before this one); attends over the row's prompt (valid prompt slots)
         # and its own generated slots 0..length-1 plus itself, writes its K/V into generated
@@ -44,8 +44,8 @@ jit-compiled with the config static; n = 1 is an ordinary per-sequence cache)::
 
 The cache itself (:class:`KVCache`, :func:`init_cache`, :func:`cache_logical_axes`) and its
 one-token attention (:func:`attend_decode`) live in :mod:`maxk_jax.models.kv_cache` and are
-re-exported here. ``decode_step`` runs the layers UNROLLED over per-layer weights
-(:mod:`maxk_jax.models.decode`): inside the sampler's ``while_loop`` a scanned layer loop made
+re-exported here. The decode step (:func:`maxk_jax.models.decode.decode_step`) runs the layers
+UNROLLED over per-layer weights and cache blocks: inside the sampler's ``while_loop`` a scanned layer loop made
 XLA:GPU copy every layer's weights and cache block out of the stacked arrays at every token, while
 static per-layer arrays are read in place. The layers only READ the cache; all layers' new K/V are
 written into slot ``length`` at once afterwards (in place when the cache is donated). Training and
@@ -466,14 +466,3 @@ def prefill(config: Qwen2Config, params: Params, tokens: jax.Array, attention_ma
     out = out[:, -1] if last_only else out
     return out, cache.replace(prompt_k=k, prompt_v=v, prompt_valid=valid,
                               length=jnp.zeros((), jnp.int32))
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def decode_step(config: Qwen2Config, params: Params, tokens: jax.Array, positions: jax.Array,
-                cache: KVCache) -> tuple[jax.Array, KVCache]:
-    """One token per sample row: tokens [P*n], positions [P*n] -> (float32 logits [P*n,V], the
-    cache with these tokens' K/V in generated slot ``length`` and length + 1). The layers run
-    unrolled over per-layer weights (:mod:`maxk_jax.models.decode`; ``params`` stacked as
-    :func:`init_params` makes them, or split by ``decode.unstack_layers``)."""
-    from maxk_jax.models import decode   # it builds on this module's layers
-    return decode.decode_step(config, params, tokens, positions, cache)

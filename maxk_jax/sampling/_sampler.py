@@ -21,7 +21,7 @@ How it runs (two jit-compiled functions, config and :class:`SamplerSettings` sta
    ``max(T - 1, 1)`` generated-token slots (per layer [Pb*n, K, T-1, D]); only the last-position logits
    are repeated n times ([Pb*n, V]).
 2. **Decode** (:func:`decode_loop`, cache donated): token 0 is drawn from the prefill logits, then a
-   ``lax.while_loop`` runs one ``qwen2.decode_step`` per token and stops as soon as every row has
+   ``lax.while_loop`` runs one ``models.decode.decode_step`` per token and stops as soon as every row has
    produced a stop token or T tokens were generated (``num_steps`` reports how many). Each step
    attends to the row's prompt (read from the shared block by an einsum that broadcasts over
    the n samples, never an n-fold copy) and to its own generated slots under ONE softmax
@@ -311,7 +311,7 @@ def decode_loop(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh
 
     def body(s: _LoopState) -> _LoopState:
         prev = jax.lax.dynamic_index_in_dim(s.tokens, s.step - 1, axis=1, keepdims=False)
-        logits, cache = qwen2.decode_step(config, params, prev, prompt_lengths + s.step - 1,
+        logits, cache = decode.decode_step(config, params, prev, prompt_lengths + s.step - 1,
                                           s.cache)
         s = s.replace(cache=_constrain_cache(cache, mesh))
         tokens, logp = draw(keys, s.step, _constrain_draw_rows(logits, mesh), settings)

@@ -56,7 +56,7 @@ def test_unrolled_step_equals_scanned_step(dtype, tie):
     for step in range(steps + 1):    # the last step writes past the end: dropped by both
         tok = jnp.asarray(rng.integers(3, config.vocab_size, (p * n,)), jnp.int32)
         want, ref_cache = scanned_decode_step(config, params, tok, positions + step, ref_cache)
-        got, cache = qwen2.decode_step(config, layered, tok, positions + step, cache)
+        got, cache = decode.decode_step(config, layered, tok, positions + step, cache)
         chex.assert_shape(got, (p * n, config.vocab_size))
         chex.assert_type(got, jnp.float32)
         if dtype == "float32":

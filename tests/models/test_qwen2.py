@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from maxk_jax.models import convert, qwen2
+from maxk_jax.models import convert, decode, qwen2
 from tests.models.hf_fixtures import make_tiny_hf_checkpoint, make_tiny_hf_model
 
 
@@ -89,13 +89,13 @@ def test_prefill_and_decode_reproduce_full_forward(kv_heads):
     assert not np.asarray(cache.prompt_valid[:, prompt_len:]).any()
     positions = mask[:, :prompt_len].sum(-1)
     for i in range(steps):
-        step, cache = qwen2.decode_step(config, params, jnp.asarray(tokens[:, prompt_len + i]),
+        step, cache = decode.decode_step(config, params, jnp.asarray(tokens[:, prompt_len + i]),
                                         jnp.asarray(positions + i), cache)
         assert step.shape == (3, config.vocab_size) and step.dtype == jnp.float32
         np.testing.assert_allclose(np.asarray(step), full[:, prompt_len + i], atol=1e-5)
     assert int(cache.length) == steps
     # A write past the last slot is dropped: the cache is unchanged, only length advances.
-    _, after = qwen2.decode_step(config, params, jnp.asarray(tokens[:, 0]),
+    _, after = decode.decode_step(config, params, jnp.asarray(tokens[:, 0]),
                                  jnp.asarray(positions + steps), cache)
     np.testing.assert_array_equal(np.asarray(after.k), np.asarray(cache.k))
 
@@ -120,7 +120,7 @@ def test_shared_prefix_cache_decodes_n_samples_per_prompt():
     seq_mask = np.concatenate([np.repeat(mask, n, 0), np.ones((6, steps), np.int32)], 1)
     full = np.asarray(qwen2.logits(config, params, seqs, seq_mask))
     for i in range(steps):
-        step, cache = qwen2.decode_step(config, params, jnp.asarray(new[:, i]),
+        step, cache = decode.decode_step(config, params, jnp.asarray(new[:, i]),
                                         jnp.asarray(positions + i), cache)
         np.testing.assert_allclose(np.asarray(step), full[:, prompts.shape[1] + i], atol=1e-5)
 
@@ -138,7 +138,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="new_len > 0"):
         qwen2.init_cache(config, 2, 4, 0)
     with pytest.raises(ValueError, match="sample batch 4 != tokens batch 3"):
-        qwen2.decode_step(config, params, jnp.zeros((3,), jnp.int32), jnp.zeros((3,), jnp.int32),
+        decode.decode_step(config, params, jnp.zeros((3,), jnp.int32), jnp.zeros((3,), jnp.int32),
                           qwen2.init_cache(config, 2, 4, 3, n=2))
 
 
