@@ -79,11 +79,16 @@ def test_rollout_copy_removes_the_weight_gathers_from_the_decode_loop():
     kw = dict(prompts=8, n=4, prompt_len=40, new_tokens=16)
     before = sp.plan_decode(config, "fsdp8", "training", **kw)
     after = sp.plan_decode(config, "fsdp8", "rollout", **kw)
-    gathered = sum(c["bytes"] * c["times"] for c in before["collectives"] if c["op"] == "all-gather")
-    assert gathered >= 2 * qwen2.param_count(config) * 0.9        # float32 weights, gathered per token
+    count = qwen2.param_count(config)
+    # The decode loop splits the weights into per-layer arrays once, before the loop; XLA gathers the
+    # fsdp-split training weights there too, so no weight is gathered per token with either layout --
+    # the training layout pays with a whole float32 copy per device in temps, the rollout copy does not.
+    for row in (before, after):
+        gathered = sum(c["bytes"] * c["times"] for c in row["collectives"] if c["op"] == "all-gather")
+        assert gathered < 0.01 * 2 * count
+    assert before["temps"] > 4 * count * 0.9 > after["temps"]
     assert after["decode_mesh"] == "data4_tensor2" and before["decode_mesh"] == "fsdp8"
-    assert after["collective_bytes_per_token"] < before["collective_bytes_per_token"] / 20
-    count = qwen2.param_count(config)            # bf16 = 2 bytes, split two tensor ways (norms replicated)
+    # bf16 = 2 bytes, split two tensor ways (norms replicated)
     assert count <= after["weights"] < 1.01 * count
     per_device = sp.kv_cache_bytes(config, 8, 4, 40, 16) / 8   # split over rows (and heads), nothing copied
     assert before["kv_cache"] == pytest.approx(per_device, rel=1e-2)
