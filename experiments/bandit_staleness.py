@@ -1,6 +1,6 @@
 """Tang et al.'s Figure-1 bandit trained on stale batches, where the true max@k is known.
 
-    .venv/bin/python -m experiments.bandit_staleness                      # a few minutes on 2 cores
+    .venv/bin/python -m experiments.bandit_staleness                      # ~25 s on 2 cores -> docs/results/
     .venv/bin/python -m experiments.bandit_staleness --smoke              # seconds (the test's run)
 
 Bandit (as experiments/bandit.py): |Y| = ``--num_arms`` arms with rewards drawn once from N(0, 1),
@@ -18,8 +18,8 @@ step's three log-ratios (π_old = π_θ: one update per batch, PPO iteration 0) 
 At s = 0 the three unbiased curves coincide (μ = π_θ).  Metrics, exact, after every update: max@k of
 the policy (E[max of k draws]); the cosine between the update and the exact ∇ max@k; the effective
 sample size fraction of the weights π_θ/μ per row.  Outputs in ``--out_dir``: bandit_staleness.png
-(max@k against updates, mean ± 1 s.e. over seeds) and bandit_staleness.json (per-curve means, s.d.,
-s.e., per-seed finals, the configuration).
+(max@k against updates, mean ± 1 s.e. over seeds) and bandit_staleness.json (per (curve, s): max@k
+at ``--report_steps`` with 95% CIs and s.d., per-seed means over updates, mean curves; the config).
 """
 from __future__ import annotations
 
