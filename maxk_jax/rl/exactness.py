@@ -29,7 +29,9 @@ expectation over i.i.d. j-tuples of the policy, enumerated and differentiated wi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -97,6 +99,16 @@ def expected_update(estimator, policies, *, k: int, n: int, correction: str = "n
     rollouts; otherwise the synchronous path, where the samples come from π_old and θ_μ must equal
     θ_old); loss: the loss form (default `open_trust_region("is_weighted")`); w_i = −B ∂loss/∂log
     π_θ(y_i), B the number of sequences of the enumerated batch."""
+    return expected_updates([(estimator, loss)], policies, k=k, n=n, correction=correction, rows=rows,
+                            tis_cap=tis_cap, stale=stale)[0]
+
+
+def expected_updates(settings: Sequence[tuple[Callable, losses.LossConfig | None]], policies, *, k: int, n: int,
+                     correction: str = "none", rows: int = 1, tis_cap: float = 2.0,
+                     stale: bool = False) -> np.ndarray:
+    """`expected_update` of several (estimator, loss) settings in ONE compiled program (one XLA
+    compile for all of them): policies [3, A] -> [S, A], [D, 3, A] -> [S, D, A]; a loss of None is
+    `open_trust_region("is_weighted")`."""
     pol = np.asarray(policies, np.float64)
     single = pol.ndim == 2
     pol = pol[None] if single else pol
@@ -104,19 +116,22 @@ def expected_update(estimator, policies, *, k: int, n: int, correction: str = "n
         raise ValueError(f"policies must be (θ, θ_old, θ_μ) [3, A] or [D, 3, A], got shape {pol.shape}")
     if not stale and not np.array_equal(pol[:, 1], pol[:, 2]):
         raise ValueError("stale=False (no behaviour log-probs): the samples come from π_old, so θ_μ must equal θ_old")
-    loss = open_trust_region("is_weighted") if loss is None else loss
-    ys = jnp.asarray(enumerate_tuples(pol.shape[-1], n, rows))               # [T, R, n]
-    rewards = jnp.asarray(REWARDS, jnp.float32)[ys]
+    if not settings:
+        raise ValueError("settings is empty: give at least one (estimator, loss) pair")
+    settings = [(fn, open_trust_region("is_weighted") if loss is None else loss) for fn, loss in settings]
+    tuples = enumerate_tuples(pol.shape[-1], n, rows)                         # [T, R, n]
 
-    def coefficients(r, y, a, b, c):   # one tuple: [R, n] each
-        return staleness.corrected_coefficients(
-            estimator, r, k=k, correction=correction, tis_cap=tis_cap, log_ratio_old=a - b,
-            log_w=(b - c) if stale else None, to_behaviour=(a - c) if stale else None,
-            mask=jnp.ones(r.shape, bool), answer_ids=y)
-
-    def one(logits):                  # [3, A] -> [A]
+    def one(estimator, loss, logits, ys):          # [3, A], [T, R, n] -> [A]
         theta = logits[0]
+        rewards = jnp.asarray(REWARDS, jnp.float32)[ys]
         lp, lp_old, lp_mu = (jax.nn.log_softmax(x)[ys] for x in logits)
+
+        def coefficients(r, y, a, b, c):           # one tuple: [R, n] each
+            return staleness.corrected_coefficients(
+                estimator, r, k=k, correction=correction, tis_cap=tis_cap, log_ratio_old=a - b,
+                log_w=(b - c) if stale else None, to_behaviour=(a - c) if stale else None,
+                mask=jnp.ones(r.shape, bool), answer_ids=y)
+
         coef = jax.vmap(coefficients)(rewards, ys, lp, lp_old, lp_mu).reshape(-1)
         flat_old = lp_old.reshape(-1, 1)
         mask = jnp.ones(flat_old.shape, bool)
@@ -127,30 +142,40 @@ def expected_update(estimator, policies, *, k: int, n: int, correction: str = "n
         per_tuple = jnp.sum((weight[:, None] * score).reshape(prob.shape[0], -1, theta.shape[0]), axis=1)
         return jnp.sum(prob[:, None] * per_tuple, axis=0)
 
-    out = np.asarray(jax.vmap(one)(jnp.asarray(pol, jnp.float32)), np.float64)
-    return out[0] if single else out
+    # runs once: XLA's backend optimisation would cost more (~1/3 of the compile) than it saves
+    @functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
+    def program(logits, ys):                       # [D, 3, A], [T, R, n] -> [S, D, A]
+        return jnp.stack([jax.vmap(functools.partial(one, fn, loss), in_axes=(0, None))(logits, ys)
+                          for fn, loss in settings])
+
+    out = np.asarray(program(jnp.asarray(pol, jnp.float32), jnp.asarray(tuples)), np.float64)
+    return out[:, 0] if single else out
 
 
-def _objective_value(g: np.ndarray):
-    """g [A^j] (value of each j-tuple of arms) -> theta -> E over j i.i.d. draws of softmax(θ)."""
+@functools.lru_cache(maxsize=None)
+def _target_program(objective: str, k: int, p: int, num_arms: int) -> Callable:
+    """jit(θ [A] -> ∇θ E over j i.i.d. draws of softmax(θ) of the objective's value of the j-tuple)."""
+    r = np.asarray(REWARDS)
+    j = {"max@k": k, "mean": 1, "max@(k-p)": k - p, "tang_eq4": k}[objective]
+    tuples = np.array(list(itertools.product(range(num_arms), repeat=j)))
+    vals = np.sort(r[tuples], axis=1)
+    g = jnp.asarray((vals[:, -1] * (k - 1) / k + vals[:, -2] / k) if objective == "tang_eq4" else vals[:, -1],
+                    jnp.float32)
+
     def value(theta):
         logp = jax.nn.log_softmax(theta)
-        j = round(np.log(g.size) / np.log(theta.shape[0]))
-        tuples = jnp.asarray(list(itertools.product(range(theta.shape[0]), repeat=j)))
         return jnp.sum(jnp.exp(jnp.sum(logp[tuples], axis=1)) * g)
-    return value
+    return jax.jit(jax.grad(value))
 
 
 def target_gradient(theta: np.ndarray, objective: str, *, k: int, p: int = 1) -> np.ndarray:
     """∇θ of `objective` ("max@k", "mean", "max@(k-p)", "tang_eq4") of softmax(θ) [A], exact."""
-    r = np.asarray(REWARDS)
-    j = {"max@k": k, "mean": 1, "max@(k-p)": k - p, "tang_eq4": k}.get(objective)
-    if j is None:
+    if objective not in ("max@k", "mean", "max@(k-p)", "tang_eq4"):
         raise ValueError(f"objective={objective!r} has no exact target here")
-    tuples = np.array(list(itertools.product(range(len(r)), repeat=j)))
-    vals = np.sort(r[tuples], axis=1)
-    g = (vals[:, -1] * (k - 1) / k + vals[:, -2] / k) if objective == "tang_eq4" else vals[:, -1]
-    grad = jax.grad(_objective_value(g.astype(np.float32)))(jnp.asarray(theta, jnp.float32))
+    theta = np.asarray(theta)
+    if theta.shape != (len(REWARDS),):
+        raise ValueError(f"theta must be [{len(REWARDS)}] (one logit per arm of REWARDS), got shape {theta.shape}")
+    grad = _target_program(objective, k, p, len(REWARDS))(jnp.asarray(theta, jnp.float32))
     return np.asarray(grad, np.float64)
 
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 import functools
 import inspect
 
+from absl.testing import parameterized
+import chex
+from hypothesis import given, settings as hyp_settings, strategies as st
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -285,3 +289,46 @@ def test_table2_isolation_options():
     np.testing.assert_array_equal(scaled[0], 0.0)
     with pytest.raises(ValueError, match="divide_std must be a bool"):
         E.get_estimator("bon_max_mean", divide_std=1)
+
+
+# one setting per estimator family (each with_jit variant is a compile: the default suite's budget)
+PROPERTY_SETTINGS = [("grpo", {}), ("bon_max_second", {}), ("maxk", dict(baseline="loo1")),
+                     ("maxk_offpolicy_exact", dict(baseline="loo1", scale="loo_rms", clamp_delta=None)),
+                     ("tang_leave_p_out", {}), ("majority_vote", {})]
+P_ROWS, P_N, P_K = 3, 6, 3
+
+
+class RegistryPropertiesTest(parameterized.TestCase):
+    """One estimator per family (and the maxk family's loo_rms scale), with and without jit, on hypothesis
+    inputs (rewards from a small value set, so ties occur; log-ratios up to ±1; a masked sample):
+    outputs [rows, n] float32 and finite (chex), masked samples get 0, permuting a row's samples
+    permutes its outputs, and the jitted call equals the eager one."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.parameters(*PROPERTY_SETTINGS)
+    def test_shape_type_finiteness_masking_and_permutation(self, name, options):
+        plain = E.get_estimator(name, **options)
+        call = self.variant(lambda r, lr, m, ids: plain(r, k=P_K, log_ratio=lr, mask=m, answer_ids=ids))  # noqa: E731
+        values = st.sampled_from([0.0, 0.25, 0.5, 1.0])
+
+        @hyp_settings(max_examples=4, deadline=None, database=None)
+        @given(rewards=st.lists(values, min_size=P_ROWS * P_N, max_size=P_ROWS * P_N),
+               deltas=st.lists(st.floats(-1.0, 1.0), min_size=P_ROWS * P_N, max_size=P_ROWS * P_N),
+               masked=st.integers(0, P_ROWS * P_N - 1), seed=st.integers(0, 2**16))
+        def check(rewards, deltas, masked, seed):
+            r = np.asarray(rewards, np.float32).reshape(P_ROWS, P_N)
+            lr = np.asarray(deltas, np.float32).reshape(P_ROWS, P_N)
+            ids = (r * 4).astype(np.int32)                                    # the answer decides the reward
+            m = np.ones(r.shape, bool)
+            m.flat[masked] = False
+            out = call(r, lr, m, ids)
+            chex.assert_shape(out, (P_ROWS, P_N))
+            chex.assert_type(out, jnp.float32)
+            chex.assert_tree_all_finite(out)
+            assert np.asarray(out).flat[masked] == 0.0
+            np.testing.assert_allclose(out, plain(r, k=P_K, log_ratio=lr, mask=m, answer_ids=ids), atol=2e-5, rtol=1e-4)
+            perm = np.random.default_rng(seed).permutation(P_N)
+            permuted = call(r[:, perm], lr[:, perm], m[:, perm], ids[:, perm])
+            np.testing.assert_allclose(permuted, np.asarray(out)[:, perm], atol=2e-5, rtol=1e-4)
+
+        check()

@@ -78,21 +78,68 @@ def test_on_policy_claims_of_every_registry_estimator(name, options):
         np.testing.assert_allclose(ratios, 1.0, rtol=1e-3)
 
 
-def test_eq10_behaviour_is_exact_in_the_is_weighted_loss_and_refused_where_biased():
-    """The default suite's check (fast): stale data at PPO iteration > 0 (θ ≠ θ_old ≠ θ_μ). eq. 10
-    with loo1, which behaviour accepts, is exactly grad max@k (scale 1) in the IS-weighted loss; the
-    clipped loss multiplies the weights by π_θ/π_old again (why run_config refuses it at PPO
-    iterations > 1) and the paper's z-score is biased (refused)."""
-    fn = E.get_estimator("maxk_offpolicy_exact", baseline="loo1", clamp_delta=None)
-    assert E.behaviour_refusal("maxk_offpolicy_exact", baseline="loo1", clamp_delta=None) is None
-    cos_is, ratios = _worst(fn, "stale_ppo", "behaviour", kind="is_weighted")
-    cos_clip, _ = _worst(fn, "stale_ppo", "behaviour", kind="clipped")
-    assert cos_is >= COS and cos_clip < COS
-    np.testing.assert_allclose(ratios, 1.0, rtol=2e-3)
-    zscore = E.get_estimator("maxk_offpolicy_exact", clamp_delta=None)
-    assert _worst(zscore, "stale_ppo", "behaviour")[0] < COS
+def _exact_grid():
+    """Every maxk_offpolicy_exact setting over the options that decide the expected update (clamp off)."""
+    return [dict(baseline=b, scale=s, zero_flat_rows=zr, zero_flat_transform=zt, clamp_delta=None)
+            for b in E.BASELINES for s in E.SCALES for zr in (False, True) for zt in (False, True)]
+
+
+ACCEPTED = [o for o in _exact_grid() if E.behaviour_refusal("maxk_offpolicy_exact", **o) is None]
+LOO1 = dict(baseline="loo1", clamp_delta=None)
+
+
+@pytest.fixture(scope="module")
+def stale_updates():
+    """One compiled program (the default suite's budget): E[update] under a stale sampler at PPO
+    iteration 0 ("stale") and > 0 ("stale_ppo") of every accepted eq.-10 setting in the IS-weighted
+    loss, eq. 10 + loo1 in the clipped loss, the paper's z-scored eq. 10; 2 independent rows per
+    batch (what loo_rms needs; the target is 2 x grad max@k).  -> ({label: [2 scenarios, D, A]}, targets [D, A])."""
+    settings = {f"accepted{i}": (E.get_estimator("maxk_offpolicy_exact", **o), None) for i, o in enumerate(ACCEPTED)}
+    settings["loo1-clipped"] = (E.get_estimator("maxk_offpolicy_exact", **LOO1), X.open_trust_region("clipped"))
+    settings["zscore"] = (E.get_estimator("maxk_offpolicy_exact", clamp_delta=None), None)
+    pol = np.concatenate([_stacked("stale"), _stacked("stale_ppo")])
+    out = X.expected_updates(list(settings.values()), pol, k=K, n=N, correction="behaviour", rows=2, stale=True)
+    out = out.reshape(len(settings), 2, len(DRAWS), -1)
+    target = np.stack([2 * X.target_gradient(d.theta, "max@k", k=K) for d in DRAWS])
+    return dict(zip(settings, out)), target
+
+
+def _cosines(update, target):     # [2, D, A], [D, A] -> (worst cosine, norm ratios [2 * D])
+    res = [X.compare(u, t) for scen in update for u, t in zip(scen, target)]
+    return min(c for c, _ in res), np.array([r for _, r in res])
+
+
+def test_every_eq10_setting_behaviour_accepts_is_parallel_to_grad_maxk(stale_updates):
+    """The default suite's check (fast, one compile): every maxk_offpolicy_exact setting that
+    stale_correction="behaviour" accepts (baseline x scale x zero_flat_*, clamp off) has an expected
+    update parallel to grad max@k (cos >= 0.999) under a stale sampler, at PPO iteration 0 and > 0 in
+    the IS-weighted loss, at the claimed scale; the train step's config accepts it."""
+    updates, target = stale_updates
+    assert {(o["baseline"], o["scale"]) for o in ACCEPTED} >= {("loo1", "none"), ("loo1", "loo_rms")}
+    for i, options in enumerate(ACCEPTED):
+        cos, ratios = _cosines(updates[f"accepted{i}"], target)
+        assert cos >= COS, (options, cos)
+        claim = E.update_claim("maxk_offpolicy_exact", **options)
+        assert claim.off_policy == "exact"
+        if claim.unit_scale:
+            np.testing.assert_allclose(ratios, 1.0, rtol=2e-3)
+        else:                # loo_rms: some positive scalar, about the z-scored update's size
+            assert (ratios > 1.0).all(), (options, ratios)
+        _step("maxk_offpolicy_exact", options)
+
+
+def test_behaviour_refuses_the_clipped_loss_and_biased_eq10_settings(stale_updates):
+    """At PPO iteration > 0 the clipped loss multiplies the weights by π_θ/π_old again (why
+    run_config refuses it at PPO iterations > 1), and the paper's z-score is biased (refused, as is
+    every setting of the grid outside ACCEPTED)."""
+    updates, target = stale_updates
+    assert _cosines(updates["loo1-clipped"][1:], target)[0] < COS
+    assert _cosines(updates["zscore"], target)[0] < COS
     with pytest.raises(ValueError, match="baseline='zscore' has a biased expected update"):
         _step("maxk_offpolicy_exact", {})
+    for options in (o for o in _exact_grid() if o not in ACCEPTED):
+        with pytest.raises(ValueError, match="has a biased expected update"):
+            _step("maxk_offpolicy_exact", options)
     with pytest.raises(ValueError, match="needs algo.loss.kind='is_weighted'"):
         AlgoSettings(estimator="maxk_offpolicy_exact", estimator_options=dict(baseline="loo1"),
                      stale_correction="behaviour", ppo_iterations=2)
