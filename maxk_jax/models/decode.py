@@ -6,10 +6,10 @@ XLA:GPU materialises every ``dynamic-slice`` of a stacked weight (and of the sta
 the scan's body reads, about 1.1x the model's weight bytes per generated token on the 1.5B preset
 (``experiments/plan_sample.py --target=h100`` prints it). Here the layers are a Python loop over
 **per-layer weight trees** (:func:`unstack_layers`, made once per :func:`maxk_jax.sampling.generate`
-call, before the decode loop), so each layer's matmuls read their weights in place, and the cache's
-layer blocks are static slices that XLA fuses into the attention reading them. Every layer runs the
-same :class:`maxk_jax.models.qwen2.DecoderLayer` as the scanned model, so the logits equal
-``qwen2``'s for the same weights.
+call, before the decode loop), so each layer's matmuls read their weights in place, and the cache
+holds one array per layer (:class:`maxk_jax.models.kv_cache.KVCache`), read and written in place
+too. Every layer runs the same :class:`maxk_jax.models.qwen2.DecoderLayer` as the scanned model, so
+the logits equal ``qwen2``'s for the same weights (float32 bit for bit; see the tests).
 
     layered = unstack_layers(params)                      # params["layers"]: a tuple of L trees
     logits, cache = decode_step(config, layered, tokens, positions, cache)   # or stacked params
@@ -54,9 +54,10 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
     [B, V], the cache with these tokens' K/V in generated slot ``length`` and length + 1).
 
     The model's decode step (jit-compiled, config static), with the values of the scanned model's
-    decode mode (``qwen2.Qwen2(mode="decode")``) for the same weights: the token attends to the valid prompt slots, the generated slots before ``length`` and itself; the new
-    K/V of all layers are written into slot ``length`` after the last layer has read the cache
-    (dropped when ``length >= S``)."""
+    decode mode (``qwen2.Qwen2(mode="decode")``) for the same weights: the token attends to the
+    valid prompt slots, the generated slots before ``length`` and itself; the new K/V of all layers
+    are written into slot ``length`` after the last layer has read the cache (dropped when
+    ``length >= S``)."""
     if tokens.ndim != 1 or positions.shape != tokens.shape:
         raise ValueError(f"decode_step needs tokens [B] and positions [B], got {tokens.shape} "
                          f"and {positions.shape}")
