@@ -16,8 +16,10 @@ this run on ``jax.devices()[0]``:
   prefill alone, ms per decode step, and the roofline: (bf16 weight bytes + the KV bytes a step
   must read: each prompt once, each row's own tokens at the average step;
   ``maxk_jax.gpu_plan.ideal_bytes``) / the measured bandwidth; ``frac_of_roofline`` = roofline
-  step time / measured step time.
-* ``hf_generate`` (needs torch + a CUDA device, or ``--smoke``): transformers ``generate`` of the
+  step time / measured step time. Per ``--decode_attention`` (``xla``, and/or ``pallas``: the
+  Pallas Triton decode-attention kernels of ``maxk_jax.models.decode_attention``).
+* ``hf_generate`` (needs torch + a CUDA device, or ``--smoke``; this and ``torch_train`` live in
+  ``experiments/bench_torch.py``): transformers ``generate`` of the
   first preset's first case (bf16, sdpa, ``num_return_sequences=n``, exactly ``new_tokens`` new
   tokens), median of 2 after a first call.
 * ``train``: ``rl.training.make_train_step`` (maxk_offpolicy, k = 4, 16 prompts x n = 8, 512 + 256
@@ -60,6 +62,8 @@ def define_flags() -> None:
                       "Decode cases PROMPTSxN:PROMPT_LEN/NEW_TOKENS (--smoke: 2x2:32/8,1x4:64/8).")
     flags.DEFINE_list("train_attention", ["auto"], "Attention implementations of the train step (auto, chunked, "
                       "dot_product, xla).")
+    flags.DEFINE_list("decode_attention", ["xla"], "Decode attentions timed per case (Qwen2Config.decode_attention): "
+                      "xla and/or pallas (the Pallas Triton kernels; interpreted off GPU). xla,pallas compares them.")
     flags.DEFINE_integer("repeats", 3, "Timed calls per decode case / train step (median reported).")
     flags.DEFINE_integer("bandwidth_mib", 2048, "MiB of float32 of the elementwise bandwidth pass.")
     flags.DEFINE_integer("matmul_size", 8192, "Side of the bf16 matmul of the FLOP/s ceiling.")
@@ -226,119 +230,6 @@ def jax_train(config: Any, data: dict[str, np.ndarray], n: int, k: int, micro: i
     return out
 
 
-def _torch_device() -> Any:
-    import torch
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _torch_sync() -> None:
-    import torch
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _torch_free() -> None:
-    """Hand the torch caching allocator's memory back to the driver (JAX runs after the baselines)."""
-    import gc
-
-    import torch
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def _hf_model(config: Any, dtype: Any) -> Any:
-    import torch
-    import transformers
-
-    hf = transformers.Qwen2Config(**{k: v for k, v in config.to_hf_dict().items() if k != "architectures"})
-    torch.manual_seed(0)
-    with torch.device(_torch_device()):    # random init on the device (a 1.5B init on the host takes long)
-        return transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa", dtype=dtype)
-
-
-def hf_generate(config: Any, case: tuple[int, int, int, int], seed: int) -> dict[str, Any]:
-    """transformers ``generate`` (bf16, sdpa, sampling, exactly new_tokens tokens per sample)."""
-    import torch
-
-    p, n, tp, t = case
-    model = _hf_model(config, torch.bfloat16).eval()
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, config.vocab_size, (p, tp), generator=g).to(model.device)
-
-    def gen() -> Any:
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                 num_return_sequences=n, max_new_tokens=t, min_new_tokens=t, pad_token_id=0)
-        _torch_sync()
-        return out
-
-    t0 = time.perf_counter()
-    out = gen()
-    first = time.perf_counter() - t0
-    if tuple(out.shape) != (p * n, tp + t):
-        raise RuntimeError(f"transformers generate returned {tuple(out.shape)}, expected {(p * n, tp + t)}")
-    steady, all_s = _median_time(gen, 2)
-    del model, out
-    _torch_free()
-    return {"prompts": p, "n": n, "prompt_len": tp, "new_tokens": t, "first_call_s": first, "steady_s": steady,
-            "all_s": all_s, "tok_per_s": p * n * t / steady}
-
-
-def torch_train(config: Any, data: dict[str, np.ndarray], n: int, micro: int, repeats: int) -> dict[str, Any]:
-    """The same loss form in PyTorch + transformers (see the module docstring)."""
-    import torch
-
-    dev = _torch_device()
-    model = _hf_model(config, torch.float32)
-    model.config.use_cache = False
-    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
-    model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-6)
-    tokens = torch.from_numpy(data["tokens"]).long().to(dev)
-    attn = torch.from_numpy(data["attention_mask"]).long().to(dev)
-    positions = torch.clamp(attn.cumsum(-1) - 1, min=0)
-    mask = torch.from_numpy(data["completion_mask"]).to(dev)
-    old = torch.from_numpy(data["old_logp"]).to(dev)
-    r = torch.from_numpy(data["rewards"]).view(-1, n).to(dev)
-    coef = ((r - r.mean(-1, keepdim=True)) / (r.std(-1, unbiased=False, keepdim=True) + 1e-6)).view(-1)
-    b, t = mask.shape
-    eps = 0.2
-
-    def step() -> float:
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for rows in torch.arange(b, device=dev).chunk(micro):
-            with torch.autocast(dev.type, dtype=torch.bfloat16):
-                logits = model(input_ids=tokens[rows], attention_mask=attn[rows], position_ids=positions[rows],
-                               logits_to_keep=t + 1).logits
-            logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, tokens[rows, -t:, None]).squeeze(-1)
-            m, c = mask[rows], coef[rows, None]
-            ratio = torch.exp(torch.where(m, logp - old[rows], torch.zeros_like(logp))).detach()
-            clipped = ((c > 0) & (ratio > 1 + eps)) | ((c < 0) & (ratio < 1 - eps))
-            per_tok = torch.where(m & ~clipped, -c * logp, torch.zeros_like(logp))
-            loss = (per_tok.sum(-1) / m.sum(-1).clamp(min=1)).sum() / b
-            loss.backward()
-            total += float(loss.detach())
-        opt.step()
-        _torch_sync()
-        return total
-
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    loss0 = step()
-    first = time.perf_counter() - t0
-    steady, all_s = _median_time(step, repeats)
-    out = {"first_call_s": first, "steady_s": steady, "all_s": all_s, "loss0": loss0,
-           "tokens_per_s": data["tokens"].size / steady, "peak_mem_gb": None}
-    if dev.type == "cuda":
-        out["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
-    del model, opt
-    _torch_free()
-    return out
-
-
 def _smoke_config() -> Any:
     from maxk_jax.models import qwen2
     return qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
@@ -362,7 +253,9 @@ def markdown(res: dict[str, Any]) -> str:
             base = f"transformers `generate` {hf['tok_per_s']:,.0f} tok/s"
         roof = (f"{d['roofline_tok_per_s']:,.0f} tok/s ({d['roofline_ms_per_step']:.2f} ms/step): "
                 f"**{100 * d['frac_of_roofline']:.0f} %**" if "frac_of_roofline" in d else "—")
-        lines.append(f"| {d['preset']} decode, {d['prompts']} x n = {d['n']}, {d['prompt_len']} / {d['new_tokens']} | "
+        several = len({r.get("decode_attention") for r in res["decode"]}) > 1
+        attention = f", {d['decode_attention']} attention" if several else ""
+        lines.append(f"| {d['preset']} decode, {d['prompts']} x n = {d['n']}, {d['prompt_len']} / {d['new_tokens']}{attention} | "
                      f"{d['tok_per_s']:,.0f} tok/s ({d['ms_per_step']:.2f} ms/step; prefill {d['prefill_s']:.3f} s) | "
                      f"{base} | {roof} |")
     tt = res.get("torch_train")
@@ -387,7 +280,8 @@ def plot(res: dict[str, Any], path: pathlib.Path) -> None:
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     dec = [d for d in res.get("decode", []) if "frac_of_roofline" in d]
-    a.barh([f"{d['preset'].split('-')[-1]} {d['prompts']}x{d['n']} {d['prompt_len']}/{d['new_tokens']}" for d in dec],
+    a.barh([f"{d['preset'].split('-')[-1]} {d['prompts']}x{d['n']} {d['prompt_len']}/{d['new_tokens']} "
+            f"{d.get('decode_attention', 'xla')}" for d in dec],
            [100 * d["frac_of_roofline"] for d in dec], color="C0")
     a.set_xlabel("% of the memory roofline (measured bandwidth)")
     a.set_title("decode", fontsize=9)
@@ -410,6 +304,9 @@ def _check_flags() -> list[tuple[int, int, int, int]]:
     bad = [p for p in FLAGS.parts if p not in PARTS]
     if bad:
         raise ValueError(f"--parts: {bad} not among {PARTS}")
+    for a in FLAGS.decode_attention:
+        if a not in ("xla", "pallas"):
+            raise ValueError(f"--decode_attention: {a!r} is not xla or pallas")
     for a in FLAGS.train_attention:
         if a not in ("auto", "xla", "chunked", "dot_product"):
             raise ValueError(f"--train_attention: {a!r} is not auto, xla, chunked or dot_product")
@@ -476,8 +373,9 @@ def main(argv: list[str]) -> None:
         dtype="bfloat16", param_dtype="float32", remat=True)
     res["train_preset"] = "tiny" if smoke else TRAIN_PRESET
     res["train_shape"] = f"{p * n} x {sp + t} tokens, {micro} micro-batches, k = {k}"
-    part("hf_generate", lambda: {"preset": first_name, **hf_generate(first_config, cases[0], FLAGS.seed)})
-    part("torch_train", lambda: torch_train(train_config, data, n, micro, FLAGS.repeats))
+    from experiments import bench_torch
+    part("hf_generate", lambda: {"preset": first_name, **bench_torch.hf_generate(first_config, cases[0], FLAGS.seed)})
+    part("torch_train", lambda: bench_torch.torch_train(train_config, data, n, micro, FLAGS.repeats))
     part("ceilings", lambda: ceilings(FLAGS.bandwidth_mib, FLAGS.matmul_size))
     bandwidth = res.get("ceilings", {}).get("hbm_bytes_per_s")
     part("train", lambda: [jax_train(train_config.replace(attention=a), data, n, k, micro, FLAGS.repeats, FLAGS.seed)
@@ -489,11 +387,14 @@ def main(argv: list[str]) -> None:
             config = base.replace(dtype="bfloat16", param_dtype="bfloat16")
             params = jax.jit(qwen2.init_params, static_argnums=0)(config, jax.random.key(FLAGS.seed))
             for case in cases:
-                row = decode_case(config, params, case, FLAGS.repeats, bandwidth or float("nan"), FLAGS.seed)
-                if bandwidth is None:
-                    row = {k: v for k, v in row.items() if not k.startswith("roofline") and k != "frac_of_roofline"}
-                rows.append({"preset": name, **row})
-                print(f"  {name} {case}: {row['tok_per_s']:,.0f} tok/s, {row['ms_per_step']:.2f} ms/step", flush=True)
+                for attention in FLAGS.decode_attention:
+                    row = decode_case(config.replace(decode_attention=attention), params, case, FLAGS.repeats,
+                                      bandwidth or float("nan"), FLAGS.seed)
+                    if bandwidth is None:
+                        row = {k: v for k, v in row.items() if not k.startswith("roofline") and k != "frac_of_roofline"}
+                    rows.append({"preset": name, "decode_attention": attention, **row})
+                    print(f"  {name} {case} {attention}: {row['tok_per_s']:,.0f} tok/s, {row['ms_per_step']:.2f} "
+                          "ms/step", flush=True)
             del params
         return rows
 

@@ -70,6 +70,13 @@ flags.DEFINE_enum("target", "cpu", ["cpu", "h100"],
                   "cpu: plan on --devices simulated CPU devices; h100: compile for one H100 without a GPU (CUDA "
                   "plugin needed) and report the decode step's copies, kernels and bytes (--layouts, "
                   "--params_layouts, --devices and --kv_example unused).")
+flags.DEFINE_list("xla_options", [],
+                  "--target=h100: XLA options of the compile as name=value pairs (e.g. "
+                  "xla_gpu_experimental_force_split_k=1: GEMMs without split-K partial sums), what XLA_FLAGS would "
+                  "set on a GPU; the defaults when empty.")
+flags.DEFINE_list("decode_attention", ["xla", "pallas"],
+                  "--target=h100: decode attentions to compile (Qwen2Config.decode_attention): xla (XLA fusions) "
+                  "and/or pallas (the Pallas Triton kernels of maxk_jax.models.decode_attention).")
 
 GIB = 1024 ** 3
 
@@ -86,12 +93,27 @@ def _check_flags() -> None:
     for p in FLAGS.params_layouts:
         if p not in ("training", "rollout"):
             raise ValueError(f"--params_layouts: {p!r} is not 'training' or 'rollout'")
+    for attention in FLAGS.decode_attention:
+        if attention not in qwen2.DECODE_ATTENTION:
+            raise ValueError(f"--decode_attention: {attention!r} is not one of {qwen2.DECODE_ATTENTION}")
+    _xla_options()
     for name in ("prompts", "n", "prompt_len", "new_tokens"):
         if getattr(FLAGS, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
     if len(FLAGS.kv_example) != 4 or not all(v.isdigit() and int(v) > 0 for v in FLAGS.kv_example):
         raise ValueError(f"--kv_example must be four positive ints prompts,n,prompt_len,new_tokens, "
                          f"got {FLAGS.kv_example}")
+
+
+def _xla_options() -> dict[str, str]:
+    """--xla_options as {name: value}; ValueError naming a pair without '=' or a name not starting with xla_."""
+    out = {}
+    for pair in FLAGS.xla_options:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.startswith("xla_") or not value:
+            raise ValueError(f"--xla_options: {pair!r} is not name=value with an xla_ option name")
+        out[name] = value
+    return out
 
 
 def _row_markdown(preset: str, r: dict) -> str:
@@ -133,12 +155,15 @@ def _gpu_main() -> None:
     settings = SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.new_tokens)
     reports, lines = [], []
     for preset in FLAGS.presets:
-        config = qwen2.preset(preset, dtype=FLAGS.dtype)
-        r = gpu_plan.gpu_decode_report(config, settings, FLAGS.prompts, FLAGS.prompt_len, FLAGS.target)
-        reports.append({"preset": preset, **{k: v for k, v in r.items() if k != "traffic"},
-                        "traffic": r["traffic"][:20]})
-        lines += [f"{preset}: {FLAGS.prompts} prompts x n={FLAGS.n}, {FLAGS.prompt_len}-token prompts, "
-                  f"{FLAGS.new_tokens} new tokens, {FLAGS.dtype}", *gpu_plan.report_lines(r, FLAGS.top), ""]
+        for attention in FLAGS.decode_attention:
+            config = qwen2.preset(preset, dtype=FLAGS.dtype, decode_attention=attention)
+            r = gpu_plan.gpu_decode_report(config, settings, FLAGS.prompts, FLAGS.prompt_len, FLAGS.target,
+                                           compiler_options=_xla_options())
+            reports.append({"preset": preset, **{k: v for k, v in r.items() if k != "traffic"},
+                            "traffic": r["traffic"][:20]})
+            lines += [f"{preset}, decode_attention={attention}: {FLAGS.prompts} prompts x n={FLAGS.n}, "
+                      f"{FLAGS.prompt_len}-token prompts, {FLAGS.new_tokens} new tokens, {FLAGS.dtype}",
+                      *gpu_plan.report_lines(r, FLAGS.top), ""]
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"plan_sample_{FLAGS.target}.md").write_text("\n".join(lines) + "\n")

@@ -309,12 +309,14 @@ def ideal_bytes(config: qwen2.Qwen2Config, prompts: int, n: int, prompt_len: int
 
 
 def gpu_decode_report(config: qwen2.Qwen2Config, settings: SamplerSettings, num_prompts: int, prompt_len: int,
-                      target: str = "h100") -> dict[str, Any]:
+                      target: str = "h100", compiler_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Compile the sampler's decode loop for ``num_prompts`` x ``settings.n`` rows of a
     ``prompt_len``-token prompt and ``settings.max_new_tokens`` new tokens on a deviceless
     ``target`` GPU -> ``{"target", "target_source", "compile_s", "rows", "prompt_bucket",
     **decode_step_costs, "ideal": ideal_bytes, "weight_bytes_bf16", "materialized_pct" (of the bf16
-    weight bytes), "est_over_ideal", "memory": per-device args/temps}``."""
+    weight bytes), "est_over_ideal", "est_live_over_ideal", "memory": per-device args/temps}``.
+    ``compiler_options``: XLA options of this compile only (e.g. ``{"xla_gpu_experimental_force_split_k":
+    1}``; what ``XLA_FLAGS`` would set for the whole process), recorded in the report."""
     if num_prompts < 1 or prompt_len < 1:
         raise ValueError(f"num_prompts and prompt_len must be >= 1, got {num_prompts}, {prompt_len}")
     _, source = target_config(target)
@@ -323,22 +325,38 @@ def gpu_decode_report(config: qwen2.Qwen2Config, settings: SamplerSettings, num_
                                                             prompt_len)
     t0 = time.perf_counter()
     with sh.activation_sharding(mesh):
-        compiled = decode_loop.lower(config, settings, mesh, params, *args).compile()
+        compiled = decode_loop.lower(config, settings, mesh, params, *args).compile(compiler_options or None)
     compile_s = time.perf_counter() - t0
     costs = decode_step_costs(compiled.as_text())
     ideal = ideal_bytes(config, num_prompts, settings.n, prompt_len, settings.max_new_tokens)
     mem = memory_plan.memory_row(target, compiled, compile_s)
+    unread = own_cache_unread_bytes(config, num_prompts * settings.n, settings.max_new_tokens)
     return {"target": target, "target_source": source, "compile_s": compile_s, **info, **costs, "ideal": ideal,
+            "decode_attention": config.decode_attention, "compiler_options": dict(compiler_options or {}),
             "weight_bytes_bf16": ideal["weights"],
             "materialized_pct": 100.0 * costs["materialized_bytes"] / ideal["weights"],
             "est_over_ideal": costs["est_bytes"] / ideal["total"],
+            "est_live_over_ideal": (costs["est_bytes"] - unread) / ideal["total"],
             "memory": {k: mem[k] for k in ("args", "temps", "total")}}
+
+
+def own_cache_unread_bytes(config: qwen2.Qwen2Config, rows: int, new_tokens: int) -> int:
+    """Bytes of the rows' own generated K/V that ``decode_attention="pallas"`` does not read at the
+    average decode step (its own-cache kernel loops over the ``length`` live slots only, about
+    ``new_tokens / 2`` of the ``new_tokens - 1`` allocated, where the operand counts them all);
+    0 for ``"xla"``, whose fusions read every slot."""
+    if config.decode_attention != "pallas":
+        return 0
+    slots = max(new_tokens - 1, 1)
+    per_slot = 2 * config.num_layers * rows * config.num_kv_heads * config.head_dim_ * config.compute_dtype.itemsize
+    return per_slot * max(slots - new_tokens // 2, 0)
 
 
 def report_lines(r: dict[str, Any], top: int = 5) -> list[str]:
     """The printed per-decode-step report of :func:`gpu_decode_report`'s dict."""
     gb = 1e9
-    out = [f"target: {r['target_source']}",
+    options = ", ".join(f"{k}={v}" for k, v in r.get("compiler_options", {}).items())
+    out = [f"target: {r['target_source']}" + (f"; XLA options: {options}" if options else ""),
            f"decode loop, {r['rows']} rows, prompt bucket {r['prompt_bucket']}: compiled in {r['compile_s']:.1f} s",
            f"  slice/copy bytes materialised per decode step: {r['materialized_bytes'] / gb:.3f} GB "
            f"({r['materialized_pct']:.1f} % of the {r['weight_bytes_bf16'] / gb:.3f} GB of bf16 weights)",
@@ -347,6 +365,9 @@ def report_lines(r: dict[str, Any], top: int = 5) -> list[str]:
            f"  est. bytes moved per decode step: {r['est_bytes'] / gb:.3f} GB = {r['est_over_ideal']:.2f} x the "
            f"ideal {r['ideal']['total'] / gb:.3f} GB (weights {r['ideal']['weights'] / gb:.3f} + KV "
            f"{r['ideal']['kv'] / gb:.3f})"]
+    if r.get("decode_attention") == "pallas":
+        out.append(f"  decode attention: pallas; with its own-cache kernel reading the live slots only (not the whole "
+                   f"operand): {r['est_live_over_ideal']:.2f} x the ideal")
     for c in r["copies"][:top]:
         out.append(f"    {c['name']} ({c['op']}) {c['shape']}: {c['bytes']:,} B x {c['times']}")
     return out
@@ -354,6 +375,7 @@ def report_lines(r: dict[str, Any], top: int = 5) -> list[str]:
 
 def summary(r: dict[str, Any]) -> dict[str, float]:
     """The headline figures of a report (JSON-friendly scalars)."""
-    return {k: float(np.round(r[k], 4)) for k in ("materialized_pct", "est_over_ideal", "compile_s")} | {
+    return {k: float(np.round(r[k], 4)) for k in ("materialized_pct", "est_over_ideal", "est_live_over_ideal",
+                                                  "compile_s")} | {"decode_attention": r["decode_attention"],
         "kernels": r["kernels"], "materialized_bytes": r["materialized_bytes"], "est_bytes": r["est_bytes"],
         "ideal_bytes": r["ideal"]["total"]}

@@ -133,3 +133,26 @@ def test_h100_plan_of_a_small_model():
     assert r["rows"] == 4 and r["kernels"] > 0 and r["est_bytes"] > 0 and r["compile_s"] > 0
     assert r["materialized_pct"] >= 0 and "h100.txtpb" in r["target_source"]
     assert any("kernels per decode step" in line for line in gpu_plan.report_lines(r))
+
+
+def test_own_cache_unread_bytes_counts_the_slots_past_the_average_step():
+    config = qwen2.Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=64, num_layers=3, num_heads=4,
+                               num_kv_heads=2, dtype="bfloat16")
+    assert gpu_plan.own_cache_unread_bytes(config, rows=8, new_tokens=256) == 0       # xla reads every slot
+    pallas = config.replace(decode_attention="pallas")
+    per_slot = 2 * 3 * 8 * 2 * 16 * 2                   # K and V, layers, rows, KV heads, head dim, bf16 bytes
+    assert gpu_plan.own_cache_unread_bytes(pallas, rows=8, new_tokens=256) == per_slot * (255 - 128)
+
+
+@pytest.mark.slow
+def test_h100_plan_with_the_pallas_decode_attention_and_xla_options():
+    if not gpu_plan.plugin_available():
+        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
+    config = qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                               num_kv_heads=2, dtype="bfloat16", decode_attention="pallas")
+    options = {"xla_gpu_experimental_force_split_k": 1}
+    r = gpu_plan.gpu_decode_report(config, SamplerSettings(n=2, max_new_tokens=32), 2, 16, compiler_options=options)
+    assert r["kernel_ops"].get("custom-call") == 2 * config.num_layers    # the two Triton kernels per layer
+    assert r["decode_attention"] == "pallas" and r["compiler_options"] == options
+    assert r["est_live_over_ideal"] < r["est_over_ideal"]
+    assert any("XLA options: xla_gpu_experimental_force_split_k=1" in line for line in gpu_plan.report_lines(r))

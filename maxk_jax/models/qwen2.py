@@ -61,10 +61,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from maxk_jax.models import decode_attention
 from maxk_jax.models.attention import attend, attention  # noqa: F401  (attend: re-exported)
 from maxk_jax.models.kv_cache import (KVCache, attend_decode, cache_logical_axes,  # noqa: F401
                                       init_cache)
-from maxk_jax.models.qwen2_config import DTYPES, PRESETS, Qwen2Config, preset  # noqa: F401
+from maxk_jax.models.qwen2_config import DECODE_ATTENTION, DTYPES, PRESETS, Qwen2Config, preset  # noqa: F401
 
 Params = Any
 
@@ -194,8 +195,16 @@ class Attention(nn.Module):
         if self.mode == "decode":
             pk, pv, ck, cv = layer_cache
             prompt_valid, valid = mask
-            out = attend_decode(q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd),
-                                prompt_valid, ck.astype(cd), cv.astype(cd), valid)[:, None]
+            if cfg.decode_attention == "pallas":   # valid is the prefix 0 .. length-1 (the decode step's)
+                if valid.ndim != 1:
+                    raise ValueError(f"decode_attention='pallas' needs the own-slot mask as a prefix [S], got "
+                                     f"shape {valid.shape}")
+                out = decode_attention.attend_decode_pallas(
+                    q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd), prompt_valid, ck.astype(cd),
+                    cv.astype(cd), jnp.sum(valid.astype(jnp.int32)))[:, None]
+            else:
+                out = attend_decode(q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd),
+                                    prompt_valid, ck.astype(cd), cv.astype(cd), valid)[:, None]
             new_kv = (k[:, 0], v[:, 0])  # [B, K, D]: written into the cache after the scan
         else:
             out = attention(q, k, v, mask, cfg.attention, cfg.attention_chunk)

@@ -11,6 +11,8 @@ import numpy as np
 
 #: Supported dtype names (config fields `dtype` and `param_dtype`).
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+#: Implementations of the one-token decode attention (config field `decode_attention`).
+DECODE_ATTENTION = ("xla", "pallas")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +40,9 @@ class Qwen2Config:
     # (cuDNN flash) when compiling for a GPU, chunked elsewhere
     attention: str = "auto"
     attention_chunk: int = 512  # queries per block of the chunked attention
+    # one-token decode attention over the KV cache: xla (kv_cache.attend_decode) | pallas (the
+    # Pallas GPU kernels of models.decode_attention: K/V read once, live slots only; interpreted off GPU)
+    decode_attention: str = "xla"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
@@ -62,6 +67,9 @@ class Qwen2Config:
         if self.attention not in ("auto", "xla", "chunked", "dot_product"):
             raise ValueError(f"Qwen2Config.attention={self.attention!r}; expected one of "
                              "('auto', 'xla', 'chunked', 'dot_product')")
+        if self.decode_attention not in DECODE_ATTENTION:
+            raise ValueError(f"Qwen2Config.decode_attention={self.decode_attention!r}; expected one of "
+                             f"{DECODE_ATTENTION}")
         if not isinstance(self.attention_chunk, (int, np.integer)) or self.attention_chunk < 1:
             raise ValueError(f"Qwen2Config.attention_chunk must be an int >= 1, got {self.attention_chunk!r}")
         if not (self.rope_theta > 0 and self.rms_norm_eps > 0):

@@ -63,3 +63,14 @@ def test_smoke_every_part(tmp_path):
     assert res["train"][0]["loss0"] == res["train"][1]["loss0"]          # auto is chunked on CPU
     assert res["torch_train"]["tokens_per_s"] > 0
     assert "PyTorch + transformers" in (tmp_path / "bench_accelerator.md").read_text()
+
+
+@pytest.mark.slow
+def test_smoke_decode_compares_the_decode_attentions(tmp_path):
+    # 20 new tokens: 19 own slots and a 16-slot prompt bucket, so the Pallas kernels run (interpreted on CPU)
+    out = _run(tmp_path, "--parts=decode", "--cases=1x2:16/20", "--repeats=1", "--decode_attention=xla,pallas")
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads((tmp_path / "bench_accelerator.json").read_text())
+    assert [d["decode_attention"] for d in res["decode"]] == ["xla", "pallas"]
+    assert all(d["tok_per_s"] > 0 for d in res["decode"])
+    assert "| tiny decode, 1 x n = 2, 16 / 20, pallas attention |" in (tmp_path / "bench_accelerator.md").read_text()

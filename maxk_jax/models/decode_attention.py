@@ -1,0 +1,198 @@
+"""One-token decode attention as two Pallas GPU (Triton) kernels: K/V read once, in place, live slots only.
+
+The same function as :func:`maxk_jax.models.kv_cache.attend_decode` (one query token per sample
+row against its prompt's shared block, the row's own generated slots and itself), restricted to
+what the decode step passes: own slots ``0 .. length - 1`` valid for every row. XLA builds that
+attention from several fusions that write float32 score arrays the size of a K block and read
+them back (scores, max, exponentials, the weighted sums: about 2.8x the bytes of K and V at the
+1.5B preset) and reads every generated slot, live or not. Here, flash-decoding style:
+
+* **prompt kernel**, one program per (prompt, KV head): the ``n * G`` queries of that prompt's
+  ``n`` sample rows and the KV head's ``G`` query heads (no repetition of K/V per query head)
+  against the prompt's K/V block, in blocks of ``block_k`` slots with an online softmax; each
+  prompt block is read once for its n rows;
+* **own kernel**, one program per (row, KV head): the row's ``G`` queries against its own cache,
+  looping over ``ceil(length / block_k)`` blocks only (the slots not generated yet are not read);
+* the two partial results and the token's own key are merged with their softmax statistics
+  (max, denominator) in float32: the result equals attention over the concatenated keys up to
+  float rounding. K and V are read in their own dtype, scores and sums accumulate in float32 and
+  the probabilities enter the V products in the cache dtype (as ``attend_decode`` does).
+
+Off GPU the kernels run in Pallas' interpret mode (what the tests use on CPU); shapes the Triton
+kernels cannot tile (head dim or slot count below 16) fall back to ``attend_decode``. Selected by
+``Qwen2Config.decode_attention = "pallas"``.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from maxk_jax.models.attention import context_platform
+from maxk_jax.models.kv_cache import attend_decode
+
+NEG = -0.7 * float(jnp.finfo(jnp.float32).max)   # a finite "minus infinity" (exp underflows to 0)
+MIN_TILE = 16                                     # Triton's smallest matmul tile
+
+
+def _pow2(x: int) -> int:
+    """The smallest power of two >= max(x, MIN_TILE)."""
+    return max(MIN_TILE, 1 << (max(x, 1) - 1).bit_length())
+
+
+def _block(slots: int, block_k: int) -> int:
+    """Slots per K/V block: ``block_k`` (a power of two), halved until it fits in ``slots``."""
+    b = block_k
+    while b > slots and b > MIN_TILE:
+        b //= 2
+    return b
+
+
+def _online_block(q, k, v, ok, carry, scale):
+    """One online-softmax step: q [Q, D], k/v [bk, D], ok [bk] bool, carry (o [Q, D], m [Q], l [Q])."""
+    o, m, l = carry
+    s = plgpu.dot(q, k, trans_b=True) * scale          # [Q, bk]
+    s = jnp.where(ok[None, :], s, NEG)
+    m_new = jnp.maximum(m, jnp.max(s, axis=1))
+    p = jnp.where(ok[None, :], jnp.exp(s - m_new[:, None]), 0.0)
+    alpha = jnp.exp(m - m_new)
+    l = l * alpha + jnp.sum(p, axis=1)
+    o = o * alpha[:, None] + plgpu.dot(p.astype(v.dtype), v)
+    return o, m_new, l
+
+
+def _block_at(i, bk: int, slots: int) -> tuple[jax.Array, jax.Array]:
+    """(start, fresh [bk] bool) of block ``i`` of ``bk`` slots out of ``slots``: the last block is
+    shifted back to end at ``slots`` (no out-of-bounds read); ``fresh`` masks the slots it repeats."""
+    start = jnp.minimum(i * bk, slots - bk)
+    return start, start + jnp.arange(bk) >= i * bk
+
+
+def _prompt_kernel(q_ref, k_ref, v_ref, valid_ref, o_ref, m_ref, l_ref, *, bk, slots, scale):
+    """Program (prompt p, KV head k): q_ref [Q, D], k_ref/v_ref [Tp, D], valid_ref [Tp] int32."""
+    q = q_ref[...]
+    nq, d = q.shape
+
+    def body(i, carry):
+        start, fresh = _block_at(i, bk, slots)
+        ok = fresh & (valid_ref[pl.ds(start, bk)] != 0)
+        return _online_block(q, k_ref[pl.ds(start, bk), :], v_ref[pl.ds(start, bk), :], ok, carry, scale)
+
+    init = (jnp.zeros((nq, d), jnp.float32), jnp.full((nq,), NEG, jnp.float32), jnp.zeros((nq,), jnp.float32))
+    o, m, l = jax.lax.fori_loop(0, pl.cdiv(slots, bk), body, init)
+    o_ref[...], m_ref[...], l_ref[...] = o, m, l
+
+
+def _own_kernel(length_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, bk, slots, scale):
+    """Program (row b, KV head k): q_ref [Gp, D], k_ref/v_ref [S, D]; slots < length are live."""
+    q = q_ref[...]
+    nq, d = q.shape
+    length = jnp.minimum(length_ref[0], slots)
+
+    def body(i, carry):
+        start, fresh = _block_at(i, bk, slots)
+        ok = fresh & (start + jnp.arange(bk) < length)
+        return _online_block(q, k_ref[pl.ds(start, bk), :], v_ref[pl.ds(start, bk), :], ok, carry, scale)
+
+    init = (jnp.zeros((nq, d), jnp.float32), jnp.full((nq,), NEG, jnp.float32), jnp.zeros((nq,), jnp.float32))
+    o, m, l = jax.lax.fori_loop(0, pl.cdiv(length, bk), body, init)   # only the live blocks
+    o_ref[...], m_ref[...], l_ref[...] = o, m, l
+
+
+def _compiler_params(interpret: bool) -> plgpu.CompilerParams | None:
+    """Triton launch parameters (the Triton backend, not Mosaic GPU); none when interpreted."""
+    return None if interpret else plgpu.CompilerParams(num_warps=4, num_stages=2)
+
+
+def supported(q: jax.Array, prompt_k: jax.Array, cache_k: jax.Array) -> bool:
+    """Whether the kernels tile these shapes: head dim and both slot counts >= 16, head dim a power of two."""
+    d = q.shape[-1]
+    return d >= MIN_TILE and d & (d - 1) == 0 and prompt_k.shape[2] >= MIN_TILE and cache_k.shape[2] >= MIN_TILE
+
+
+@functools.partial(jax.jit, static_argnames=("block_k", "interpret"))
+def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array,
+                         prompt_v: jax.Array, prompt_valid: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
+                         length: jax.Array, block_k: int = 64, interpret: bool | None = None) -> jax.Array:
+    """:func:`attend_decode` with own slots ``0 .. length - 1`` valid, by the Pallas kernels above.
+
+    q [B,H,D], k_new/v_new [B,K,D]; prompt_k/prompt_v [P,K,Tp,D] with prompt_valid [P,Tp] bool
+    (rows p*n .. p*n+n-1 share prompt p); cache_k/cache_v [B,K,S,D]; length [] int32 -> [B,H,D] in
+    q's dtype. ``block_k`` slots per K/V block (a power of two >= 16); ``interpret`` None runs the
+    kernels compiled on GPU and interpreted elsewhere. Shapes :func:`supported` rejects go to
+    :func:`attend_decode` (same result)."""
+    b, h, d = q.shape
+    p, kv, tp, _ = prompt_k.shape
+    s_own = cache_k.shape[2]
+    if b % p:
+        raise ValueError(f"attend_decode_pallas: {b} query rows are not a multiple of {p} prompts")
+    if block_k < MIN_TILE or block_k & (block_k - 1):
+        raise ValueError(f"block_k={block_k} must be a power of two >= {MIN_TILE}")
+    if not supported(q, prompt_k, cache_k):
+        return attend_decode(q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v,
+                             jnp.arange(s_own) < length)
+    if interpret is None:
+        interpret = context_platform() not in ("gpu", "cuda")
+    n, g = b // p, h // kv
+    scale = d ** -0.5
+    params = _compiler_params(interpret)
+    qg = q.reshape(b, kv, g, d)
+
+    # Prompt block: queries [P, K, n*G (padded), D], one program per (prompt, KV head).
+    nq = _pow2(n * g)
+    qp = qg.reshape(p, n, kv, g, d).transpose(0, 2, 1, 3, 4).reshape(p, kv, n * g, d)
+    qp = jnp.pad(qp, ((0, 0), (0, 0), (0, nq - n * g), (0, 0)))
+    bk = _block(tp, block_k)
+    o_p, m_p, l_p = pl.pallas_call(
+        functools.partial(_prompt_kernel, bk=bk, slots=tp, scale=scale),
+        grid=(p, kv),
+        in_specs=[pl.BlockSpec((None, None, nq, d), lambda i, j: (i, j, 0, 0)),
+                  pl.BlockSpec((None, None, tp, d), lambda i, j: (i, j, 0, 0)),
+                  pl.BlockSpec((None, None, tp, d), lambda i, j: (i, j, 0, 0)),
+                  pl.BlockSpec((None, tp), lambda i, j: (i, 0))],
+        out_specs=[pl.BlockSpec((None, None, nq, d), lambda i, j: (i, j, 0, 0)),
+                   pl.BlockSpec((None, None, nq), lambda i, j: (i, j, 0)),
+                   pl.BlockSpec((None, None, nq), lambda i, j: (i, j, 0))],
+        out_shape=[jax.ShapeDtypeStruct((p, kv, nq, d), jnp.float32),
+                   jax.ShapeDtypeStruct((p, kv, nq), jnp.float32),
+                   jax.ShapeDtypeStruct((p, kv, nq), jnp.float32)],
+        compiler_params=params, interpret=interpret, name="decode_attention_prompt",
+    )(qp, prompt_k, prompt_v, prompt_valid.astype(jnp.int32))
+
+    def rows(x):   # [P, K, n*G(+pad), ...] -> [B, K, G, ...]
+        x = x[:, :, :n * g].reshape(p, kv, n, g, *x.shape[3:])
+        return jnp.moveaxis(x, 2, 1).reshape(b, kv, g, *x.shape[4:])
+
+    o_p, m_p, l_p = rows(o_p), rows(m_p), rows(l_p)
+
+    # Own generated slots: queries [B, K, G (padded), D], one program per (row, KV head).
+    ng = _pow2(g)
+    qo = jnp.pad(qg, ((0, 0), (0, 0), (0, ng - g), (0, 0)))
+    bk = _block(s_own, block_k)
+    o_c, m_c, l_c = pl.pallas_call(
+        functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale),
+        grid=(b, kv),
+        in_specs=[pl.BlockSpec((1,), lambda i, j: (0,)),
+                  pl.BlockSpec((None, None, ng, d), lambda i, j: (i, j, 0, 0)),
+                  pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0)),
+                  pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0))],
+        out_specs=[pl.BlockSpec((None, None, ng, d), lambda i, j: (i, j, 0, 0)),
+                   pl.BlockSpec((None, None, ng), lambda i, j: (i, j, 0)),
+                   pl.BlockSpec((None, None, ng), lambda i, j: (i, j, 0))],
+        out_shape=[jax.ShapeDtypeStruct((b, kv, ng, d), jnp.float32),
+                   jax.ShapeDtypeStruct((b, kv, ng), jnp.float32),
+                   jax.ShapeDtypeStruct((b, kv, ng), jnp.float32)],
+        compiler_params=params, interpret=interpret, name="decode_attention_own",
+    )(jnp.reshape(length, (1,)).astype(jnp.int32), qo, cache_k, cache_v)
+    o_c, m_c, l_c = o_c[:, :, :g], m_c[:, :, :g], l_c[:, :, :g]
+
+    # Merge the two blocks and the token's own key by their softmax statistics (float32).
+    s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=jnp.float32) * scale
+    m = jnp.maximum(jnp.maximum(m_p, m_c), s_self)
+    w_p, w_c, w_s = jnp.exp(m_p - m), jnp.exp(m_c - m), jnp.exp(s_self - m)
+    denom = l_p * w_p + l_c * w_c + w_s
+    out = o_p * w_p[..., None] + o_c * w_c[..., None] + w_s[..., None] * v_new[:, :, None, :].astype(jnp.float32)
+    return (out / denom[..., None]).astype(q.dtype).reshape(b, h, d)

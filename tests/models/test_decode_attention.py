@@ -1,0 +1,99 @@
+"""models.decode_attention: the Pallas decode-attention kernels (run in interpret mode on CPU) equal
+kv_cache.attend_decode -- left-padded prompts, an empty / partial / full own cache, slot counts that
+are not a multiple of the block (the shifted last block), more queries per prompt than one tile --
+and the decode step with ``decode_attention="pallas"`` gives the xla step's logits. With the CUDA
+plugin, the kernels compile for a deviceless H100 as two Triton kernels."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from maxk_jax import gpu_plan
+from maxk_jax import sharding as sh
+from maxk_jax.models import decode, decode_attention, qwen2
+from maxk_jax.models.kv_cache import attend_decode
+
+
+def _inputs(p, n, kv, g, d, tp, s, dtype, seed=0):
+    ks = jax.random.split(jax.random.key(seed), 7)
+    b, h = p * n, kv * g
+    normal = lambda key, shape: jax.random.normal(key, shape, jnp.float32).astype(dtype)
+    pad = jnp.asarray([3, 0, 7, 1][:p])
+    return dict(q=normal(ks[0], (b, h, d)), k_new=normal(ks[1], (b, kv, d)), v_new=normal(ks[2], (b, kv, d)),
+                prompt_k=normal(ks[3], (p, kv, tp, d)), prompt_v=normal(ks[4], (p, kv, tp, d)),
+                prompt_valid=jnp.arange(tp)[None, :] >= pad[:, None],
+                cache_k=normal(ks[5], (b, kv, s, d)), cache_v=normal(ks[6], (b, kv, s, d)))
+
+
+@pytest.mark.parametrize("length", [0, 9, 37])
+def test_kernels_equal_attend_decode(length):
+    x = _inputs(p=2, n=3, kv=2, g=3, d=16, tp=40, s=37, dtype=jnp.float32)
+    want = attend_decode(**x, valid=jnp.arange(37) < length)
+    got = decode_attention.attend_decode_pallas(**x, length=jnp.int32(length), block_k=16)
+    chex.assert_shape(got, want.shape)
+    chex.assert_type(got, jnp.float32)
+    chex.assert_tree_all_finite(got)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+def test_kernels_bfloat16_many_queries_per_prompt():
+    # n * G = 24 queries per prompt (two 16-row tiles padded to 32), bf16 K/V read in their dtype
+    x = _inputs(p=1, n=4, kv=2, g=6, d=32, tp=64, s=70, dtype=jnp.bfloat16, seed=1)
+    want = attend_decode(**x, valid=jnp.arange(70) < 33).astype(jnp.float32)
+    got = decode_attention.attend_decode_pallas(**x, length=jnp.int32(33), block_k=32)
+    chex.assert_type(got, jnp.bfloat16)
+    np.testing.assert_allclose(got.astype(jnp.float32), want, atol=1.6e-2, rtol=1.6e-2)
+
+
+def test_small_shapes_fall_back_to_attend_decode():
+    x = _inputs(p=2, n=2, kv=1, g=4, d=16, tp=8, s=37, dtype=jnp.float32)   # 8 prompt slots < one tile
+    assert not decode_attention.supported(x["q"], x["prompt_k"], x["cache_k"])
+    want = attend_decode(**x, valid=jnp.arange(37) < 5)
+    got = decode_attention.attend_decode_pallas(**x, length=jnp.int32(5))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)   # the same function, jit-compiled
+
+
+def test_block_k_must_be_a_power_of_two():
+    x = _inputs(p=1, n=2, kv=1, g=2, d=16, tp=16, s=16, dtype=jnp.float32)
+    with pytest.raises(ValueError, match="block_k=24"):
+        decode_attention.attend_decode_pallas(**x, length=jnp.int32(1), block_k=24)
+
+
+def test_config_rejects_unknown_decode_attention():
+    with pytest.raises(ValueError, match="decode_attention='flash'"):
+        qwen2.Qwen2Config(vocab_size=8, hidden_size=32, intermediate_size=8, num_layers=1, num_heads=2,
+                          num_kv_heads=1, decode_attention="flash")
+
+
+def test_decode_step_with_pallas_equals_xla():
+    base = qwen2.Qwen2Config(vocab_size=61, hidden_size=64, intermediate_size=64, num_layers=2, num_heads=4,
+                             num_kv_heads=2, max_position_embeddings=256, rope_theta=10000.0)
+    params = qwen2.init_params(base, jax.random.key(3))
+    p, n, tp, steps = 2, 2, 16, 17
+    rng = np.random.default_rng(0)
+    tokens = jnp.asarray(rng.integers(3, base.vocab_size, (p, tp)), jnp.int32)
+    mask = jnp.asarray(np.arange(tp)[None] >= np.array([[0], [5]]))
+    cache = qwen2.init_cache(base, p, tp, steps, n)
+    _, cache = qwen2.prefill(base, params, tokens, mask, cache, last_only=True)
+    positions = jnp.repeat(mask.sum(1), n).astype(jnp.int32)
+    cache = cache.replace(length=jnp.int32(6))    # six generated slots live (their values: zeros and earlier K/V)
+    tok = jnp.asarray(rng.integers(3, base.vocab_size, (p * n,)), jnp.int32)
+    params = decode.unstack_layers(params)
+    want, want_cache = decode.decode_step(base, params, tok, positions + 6, cache)
+    got, got_cache = decode.decode_step(base.replace(decode_attention="pallas"), params, tok, positions + 6, cache)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(got_cache), jax.tree.leaves(want_cache)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
+def test_compiles_for_a_deviceless_h100_as_triton_kernels():
+    mesh = gpu_plan.target_mesh("h100")
+    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shapes = jax.eval_shape(lambda: _inputs(p=16, n=8, kv=2, g=6, d=128, tp=512, s=255, dtype=jnp.bfloat16))
+    args = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=rep) for k, v in shapes.items()}
+    args["length"] = jax.ShapeDtypeStruct((), jnp.int32, sharding=rep)
+    with sh.activation_sharding(mesh):
+        text = jax.jit(lambda a: decode_attention.attend_decode_pallas(**a)).lower(args).compile().as_text()
+    assert text.count('custom_call_target="__gpu$xla.gpu.triton"') == 2
