@@ -19,7 +19,8 @@ them back (scores, max, exponentials, the weighted sums: about 2.8x the bytes of
   the probabilities enter the V products in the cache dtype (as ``attend_decode`` does).
 
 Off GPU the kernels run in Pallas' interpret mode (what the tests use on CPU); shapes the Triton
-kernels cannot tile (head dim or slot count below 16) fall back to ``attend_decode``. Selected by
+kernels cannot tile (head dim or slot count below 16) fall back to ``attend_decode``. One device only
+(a sharded mesh is refused: XLA cannot split a custom call). Selected by
 ``Qwen2Config.decode_attention = "pallas"``.
 """
 from __future__ import annotations
@@ -129,6 +130,10 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
     s_own = cache_k.shape[2]
     if b % p:
         raise ValueError(f"attend_decode_pallas: {b} query rows are not a multiple of {p} prompts")
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty and mesh.size > 1:
+        raise ValueError(f"decode_attention='pallas' decodes on one device; the ambient mesh has {mesh.size} "
+                         "devices (use decode_attention='xla' on a sharded rollout mesh)")
     if block_k < MIN_TILE or block_k & (block_k - 1):
         raise ValueError(f"block_k={block_k} must be a power of two >= {MIN_TILE}")
     if not supported(q, prompt_k, cache_k):

@@ -60,6 +60,13 @@ def test_block_k_must_be_a_power_of_two():
         decode_attention.attend_decode_pallas(**x, length=jnp.int32(1), block_k=24)
 
 
+def test_sharded_mesh_is_refused():
+    x = _inputs(p=1, n=2, kv=1, g=2, d=16, tp=16, s=16, dtype=jnp.float32)
+    mesh = sh.make_mesh(2, 1, 1, devices=jax.devices()[:2])
+    with sh.activation_sharding(mesh), pytest.raises(ValueError, match="ambient mesh has 2 devices"):
+        decode_attention.attend_decode_pallas(**x, length=jnp.int32(1))
+
+
 def test_config_rejects_unknown_decode_attention():
     with pytest.raises(ValueError, match="decode_attention='flash'"):
         qwen2.Qwen2Config(vocab_size=8, hidden_size=32, intermediate_size=8, num_layers=1, num_heads=2,
