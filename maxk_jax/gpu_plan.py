@@ -64,9 +64,7 @@ PLUGIN_HINT = (f"a GPU plan needs the CUDA plugin for jax {jax.__version__}: pip
 PASS_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose"})
 SLICE_ROOTS = frozenset({"dynamic-slice", "slice", "copy"})
 _DIMS = re.compile(r"\[([\d,]*)\]")
-_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=(\{[^}]*\}|%?[\w.\-]+)")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
-_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 _OPERANDS = re.compile(r"%([\w.\-]+)")
 
 
@@ -74,12 +72,6 @@ def _elements(shape: str) -> int:
     """Element count of an array shape string: ``'bf16[2,3]{1,0}'`` -> 6."""
     dims = _DIMS.search(shape)
     return math.prod(int(d) for d in dims.group(1).split(",") if d) if dims else 1
-
-
-def _called(line: str) -> list[str]:
-    """Computations an instruction line calls (fusion bodies, loop bodies / conditions, branches)."""
-    return [name.strip().lstrip("%") for group in _CALLED.findall(line) for name in group.strip("{}").split(",")
-            if name.strip()]
 
 
 def _need(pattern: str, line: str) -> str:
@@ -196,23 +188,7 @@ def decode_step_costs(text: str) -> dict[str, Any]:
     counts once per iteration, as do those of nested loops without a ``known_trip_count`` (XLA:GPU
     runs a loop of known trip count without evaluating its condition). ValueError without a loop."""
     comps = _parse(text)
-    whiles = [line for c in comps.values() for _, _, op, line in c.instructions if op == "while"]
-    if not whiles:
-        raise ValueError("no while loop in the compiled module")
-
-    def reachable(name: str) -> set[str]:
-        seen, todo = set(), [name]
-        while todo:
-            c = todo.pop()
-            if c in seen or c not in comps:
-                continue
-            seen.add(c)
-            for *_, line in comps[c].instructions:
-                todo += _called(line)
-        return seen
-
-    outer = max((_need(r"body=%?([\w.\-]+)", w) for w in whiles), key=lambda b: len(reachable(b)))
-    cond = next(_need(r"condition=%?([\w.\-]+)", w) for w in whiles if _need(r"body=%?([\w.\-]+)", w) == outer)
+    outer, cond = memory_plan.outer_loop({c: comp.instructions for c, comp in comps.items()})
     out: dict[str, Any] = {"kernels": 0, "materialized_bytes": 0, "est_bytes": 0, "copies": [], "kernel_ops": {},
                            "traffic": []}
 
@@ -248,13 +224,13 @@ def decode_step_costs(text: str) -> dict[str, Any]:
         comp = comps[name]
         for iname, shape, op, line in comp.instructions:
             if op == "while":
-                trip = _TRIP.search(line)
+                trip = memory_plan.TRIP.search(line)
                 n = int(trip.group(1)) if trip else 1
                 walk(_need(r"body=%?([\w.\-]+)", line), times * n, stack | {name})
                 if not trip:    # a loop of known trip count runs its body that often, never its condition
                     walk(_need(r"condition=%?([\w.\-]+)", line), times, stack | {name})
             elif op in ("conditional", "call", "async-start"):
-                for called in _called(line):   # a branch counted as if taken: an upper bound
+                for called in memory_plan.called_computations(line):   # a branch counted as if taken: an upper bound
                     walk(called, times, stack | {name})
             elif op not in NOT_LAUNCHED:
                 launched(comp, iname, shape, op, line, times)

@@ -261,6 +261,46 @@ def parse_hlo(text: str) -> dict[str, list[tuple[str, str, str, str]]]:
     return comps
 
 
+_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=(\{[^}]*\}|%?[\w.\-]+)")
+#: the ``known_trip_count`` of a ``while`` instruction's backend config
+TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+
+
+def called_computations(line: str) -> list[str]:
+    """Computations an HLO instruction line calls (fusion bodies, loop bodies / conditions, branches)."""
+    return [name.strip().lstrip("%") for group in _CALLED.findall(line) for name in group.strip("{}").split(",")
+            if name.strip()]
+
+
+def outer_loop(comps: dict[str, list[tuple[str, str, str, str]]]) -> tuple[str, str]:
+    """(body, condition) of the ``while`` loop of a :func:`parse_hlo` module whose body reaches the
+    most computations: the decode loop (the layer loop, scanned or not, sits inside it).
+    ValueError when the module has no loop."""
+    whiles = [line for body in comps.values() for _, _, op, line in body if op == "while"]
+    if not whiles:
+        raise ValueError("no while loop in the compiled module")
+
+    def reachable(name: str) -> int:
+        seen, todo = set(), [name]
+        while todo:
+            c = todo.pop()
+            if c in seen or c not in comps:
+                continue
+            seen.add(c)
+            for *_, line in comps[c]:
+                todo += called_computations(line)
+        return len(seen)
+
+    def part(key: str, line: str) -> str:
+        m = re.search(key + r"=%?([\w.\-]+)", line)
+        if m is None:
+            raise ValueError(f"malformed while instruction (no {key}): {line.strip()[:200]}")
+        return m.group(1)
+
+    line = max(whiles, key=lambda w: reachable(part("body", w)))
+    return part("body", line), part("condition", line)
+
+
 def cpu_weight_upcast(text: str, params: Any) -> int:
     """Bytes of float32 copies of bfloat16 weights in a compiled module: ``convert`` to f32 of a
     shape equal to a bf16 parameter's per-device shard, each parameter counted at most once (so at

@@ -37,41 +37,13 @@ COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "coll
 #: Peak memory bandwidth per chip (bytes/s) used by the roofline.
 BANDWIDTH = {"H100 (3.35 TB/s)": 3.35e12, "TPU v5p (2.76 TB/s)": 2.76e12}
 
-_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=(\{[^}]*\}|%?[\w.\-]+)")
-_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
-
-
-def _called(line: str) -> list[str]:
-    return [name.strip().lstrip("%") for group in _CALLED.findall(line) for name in group.strip("{}").split(",")
-            if name.strip()]
-
-
 def loop_collectives(text: str) -> list[dict[str, Any]]:
     """Collectives executed per iteration of the outermost ``while`` loop of an HLO module with
     the largest body (the decode loop): one entry per collective instruction, ``{"op", "shape",
     "bytes" (result bytes per device), "times" (executions per iteration: product of the trip
     counts of the nested loops it sits in), "where"}``. [] when the loop body has none."""
     comps = memory_plan.parse_hlo(text)
-    whiles = [(ins, line) for body in comps.values() for _, _, ins, line in body if ins == "while"]
-    if not whiles:
-        raise ValueError("no while loop in the compiled module")
-
-    def reachable(name: str) -> set[str]:
-        seen, todo = set(), [name]
-        while todo:
-            c = todo.pop()
-            if c in seen or c not in comps:
-                continue
-            seen.add(c)
-            for *_, line in comps[c]:
-                todo += _called(line)
-        return seen
-
-    def body_of(line: str) -> str:
-        return re.search(r"body=%?([\w.\-]+)", line).group(1)
-
-    # the decode loop: the while whose body reaches the most computations (the layer scan is nested)
-    outer = max((body_of(line) for _, line in whiles), key=lambda b: len(reachable(b)))
+    outer, cond = memory_plan.outer_loop(comps)
     out: list[dict[str, Any]] = []
 
     def walk(comp: str, times: int, seen: frozenset[str]) -> None:
@@ -83,15 +55,14 @@ def loop_collectives(text: str) -> list[dict[str, Any]]:
                 out.append({"op": base, "shape": shape, "bytes": memory_plan.shape_bytes(shape), "times": times,
                             "where": comp})
             if op == "while":
-                trip = _TRIP.search(line)
-                walk(body_of(line), times * (int(trip.group(1)) if trip else 1), seen | {comp})
+                trip = memory_plan.TRIP.search(line)
+                body = re.search(r"body=%?([\w.\-]+)", line).group(1)
+                walk(body, times * (int(trip.group(1)) if trip else 1), seen | {comp})
             else:
-                for called in _called(line):
+                for called in memory_plan.called_computations(line):
                     walk(called, times, seen | {comp})
 
     walk(outer, 1, frozenset())
-    cond = next(re.search(r"condition=%?([\w.\-]+)", line).group(1) for _, line in whiles
-                if body_of(line) == outer)
     walk(cond, 1, frozenset())          # the loop condition runs once per iteration too
     return out
 
