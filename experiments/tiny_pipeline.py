@@ -13,8 +13,10 @@ Phases (each with a progress bar; wall and CPU seconds of each are reported), im
                the supervised warm-up (`maxk_jax.rl.warmup`) on noisy generated solutions; the result
                is a HF-format checkpoint cached under ``<runs_dir>/_cache/base-<hash>`` (the hash
                covers every setting that changes it) and reused by later runs. --model_path skips it.
-  3. rl        the RL loop (`maxk_jax.rl.loop.run`) with the chosen estimator (default
-               ``maxk_offpolicy``, the paper's method), writing ``<run>/rl``.
+  3. rl        the RL loop (`maxk_jax.rl.loop.run`) with the chosen estimator (default: the
+               project's unbiased off-policy max@k, ``maxk_offpolicy_exact`` with the LOO-1 baseline
+               and ``loo_rms`` scale in the IS-weighted loss; --estimator=maxk_offpolicy is the
+               paper's z-scored form), writing ``<run>/rl``.
   4. eval      base and trained model on the test problems, n = 64 samples each with the SAME
                sample keys (paired), judged by the embedded sandbox.
   5. report    ``<run>/report.md`` (phase timings, pass@k and max@k for k = 1, 2, 4, ..., 32 (k <= n/2 of n = 64),
@@ -53,7 +55,7 @@ def define_flags() -> None:
     flags.DEFINE_string("runs_dir", None, "Directory of run directories and of the base-model cache "
                         "(default: config.runs_dir).")
     flags.DEFINE_string("estimator", None, "RL estimator, any name of maxk_jax.estimators.list_estimators() "
-                        "(default: config.rl.algo.estimator = maxk_offpolicy).")
+                        "with its registry defaults (default: the config's method, maxk_offpolicy_exact with loo1 / loo_rms).")
     flags.DEFINE_integer("k", None, "Training k of the estimator, 1 <= k <= rollout n (default: config.rl.algo.k).")
     flags.DEFINE_string("model_path", None, "A Hugging Face Qwen2 directory to start from instead of the tiny "
                         "model: skips the tokenizer/model build and the warm-up.")

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from maxk_jax.data.synthetic import SyntheticConfig
 from maxk_jax.fields import Options, check_int, check_type, option_pairs
+from maxk_jax.rl.method import UNBIASED_OFFPOLICY, loss_form, with_method
 from maxk_jax.rl.run_config import DistributedSettings, RunConfig, check_sampler
 from maxk_jax.fields import replace_fields
 from maxk_jax.rl.warmup import WarmupConfig
@@ -29,21 +30,23 @@ from maxk_jax.sampling import SamplerSettings
 
 def rl_defaults() -> RunConfig:
     """The pipeline's RL run before the pipeline fills in model, data, judge and output directory:
-    the paper's method (maxk_offpolicy, k = 4, 3 PPO iterations, beta 0.01) at tiny scale -- 16
+    the project's default method (``rl.method.UNBIASED_OFFPOLICY``: unbiased off-policy max@k, eq. 10
+    + LOO-1 + loo_rms, IS-weighted loss; k = 4, 3 PPO iterations, beta 0.01) at tiny scale -- 16
     steps x 8 problems x n = 8, 64 new tokens, lr 3e-4, float32 math, data-parallel, no periodic
     evaluation."""
-    return replace_fields(RunConfig(), {
+    run = replace_fields(RunConfig(), {
         "name": "rl", "max_steps": 16,
         "data.dataset": "", "data.problems": "", "data.prompt_format": "statement",
         "model.compute_dtype": "float32", "model.remat": False,
         "rollout.prompts": 8, "rollout.sampler.n": 8, "rollout.sampler.max_new_tokens": 64,
-        "algo.estimator": "maxk_offpolicy", "algo.k": 4,
+        "algo.k": 4,
         "optim.learning_rate": 3e-4,
         "mesh.data": -1, "mesh.fsdp": 1, "mesh.tensor": 1,
         "checkpoint.interval": 1000, "checkpoint.keep": 1,
         "eval.dataset": "", "eval.split": "test", "eval.limit": 0, "eval.interval": 0,
         "eval.sampler.n": 8, "eval.sampler.max_new_tokens": 64,
         "log.tensorboard": False})
+    return with_method(run, UNBIASED_OFFPOLICY)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -264,13 +267,17 @@ def shortcut_overrides(*, name: Optional[str] = None, runs_dir: Optional[str] = 
                        estimator: Optional[str] = None, k: Optional[int] = None, model_path: Optional[str] = None,
                        dataset: Optional[str] = None, dataset_path: Optional[str] = None) -> dict[str, Any]:
     """The command-line shortcuts as dotted config paths (None = not given): ``name``,
-    ``runs_dir``, ``rl.algo.estimator``, ``rl.algo.k``, ``model.path``, ``data.dataset``,
+    ``runs_dir``, ``rl.algo.estimator`` (with its registry defaults: ``rl.algo.estimator_options``
+    emptied, ``rl.algo.loss.kind`` its loss form), ``rl.algo.k``, ``model.path``, ``data.dataset``,
     ``data.path`` (the same paths in the typed config and its ConfigDict). ValueError for an
     unknown estimator."""
     if estimator is not None:
         check_estimator(estimator)
-    paths = {"name": name, "runs_dir": runs_dir, "rl.algo.estimator": estimator, "rl.algo.k": k,
+    paths = {"name": name, "runs_dir": runs_dir, "rl.algo.k": k,
              "model.path": model_path, "data.dataset": dataset, "data.path": dataset_path}
+    if estimator is not None:   # that estimator with its own defaults: the default method's options do not carry over
+        paths.update({"rl.algo.estimator": estimator, "rl.algo.estimator_options": (),
+                      "rl.algo.loss.kind": loss_form(estimator)})
     return {path: value for path, value in paths.items() if value is not None}
 
 

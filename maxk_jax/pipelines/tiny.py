@@ -38,7 +38,8 @@ def report_markdown(cfg: PipelineConfig, comparison: dict[str, Any], timings: di
     a = cfg.rl.algo
     lines = [f"# Tiny pipeline run `{cfg.name}`", "",
              f"- model: {base.get('description')}",
-             f"- RL: estimator `{a.estimator}` (k = {a.k}), {cfg.rl.max_steps} steps x {cfg.rl.rollout.prompts} "
+             f"- RL: estimator `{a.estimator}` ({''.join(f'{k}={v}, ' for k, v in a.estimator_options)}{a.loss.kind} loss, "
+             f"k = {a.k}), {cfg.rl.max_steps} steps x {cfg.rl.rollout.prompts} "
              f"problems x n = {cfg.rl.rollout.sampler.n}, lr {cfg.rl.optim.learning_rate}, {a.ppo_iterations} PPO "
              f"iterations, KL beta {a.loss.kl_beta}; last step reward mean "
              f"{rl_record.get('reward/mean', float('nan')):.3f}",

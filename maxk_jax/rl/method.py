@@ -25,6 +25,16 @@ class Method(NamedTuple):
     loss_kind: str = "auto"
 
 
+#: The project's default method (``experiments/configs/base.py``'s ``maxk_offpolicy_exact_loo1_rms`` and
+#: the main job's): exact importance-weighted eq. 10 with the LOO-1 baseline, each prompt's
+#: coefficients divided by the RMS of the other prompts' (``scale="loo_rms"``), in the §3.3
+#: IS-weighted loss -- unbiased and scale-free off-policy max@k. The paper ran ``maxk_offpolicy``
+#: (first-order r~', z-scored, clipped loss), whose expected update is biased off-policy; see
+#: docs/results/offpolicy_unbiased.md for the exactness check and the testbed runs behind the choice.
+UNBIASED_OFFPOLICY = Method("maxk_offpolicy_exact", (("baseline", "loo1"), ("scale", "loo_rms")),
+                            loss_kind="is_weighted")
+
+
 def loss_form(estimator: str, kind: str = "auto") -> str:
     """The loss form of `estimator`: `kind`, or the registry's form (`training.loss_kind`) when it is "auto"."""
     if kind == "auto":

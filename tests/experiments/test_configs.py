@@ -6,7 +6,7 @@ import pytest
 from experiments.configs import base, tiny, tiny_synthetic
 from maxk_jax.estimators import estimator_info
 from maxk_jax.pipelines import from_config_dict as pipeline_from_config_dict
-from maxk_jax.pipelines import rl_config
+from maxk_jax.pipelines import rl_config, shortcut_overrides
 from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
 from maxk_jax.fields import replace_fields
 
@@ -31,7 +31,12 @@ def test_every_method_config_validates():
     assert (paper.rollout.sampler.n, paper.rollout.sampler.temperature, paper.rollout.sampler.top_p,
             paper.rollout.sampler.max_new_tokens, paper.optim.learning_rate, paper.algo.loss.kl_beta, paper.algo.loss.eps_low, paper.algo.ppo_iterations,
             paper.data.epochs) == (8, 1.0, 1.0, 256, 5e-6, 0.01, 0.2, 3, 1)
-    assert paper.name == "maxk_offpolicy" and from_config_dict(paper).step_config().kind == "clipped"  # eq. 4
+    assert paper.name == base.DEFAULT_METHOD == "maxk_offpolicy_exact_loo1_rms"     # the unbiased default
+    step = from_config_dict(paper).step_config()
+    assert (step.estimator, step.kind, dict(step.estimator_options)) == (
+        "maxk_offpolicy_exact", "is_weighted", {"baseline": "loo1", "scale": "loo_rms"})
+    zscore = from_config_dict(base.get_config("maxk_offpolicy_zscore"))                 # the paper's form by name
+    assert zscore.algo.estimator == "maxk_offpolicy" and zscore.step_config().kind == "clipped"   # eq. 4
     assert from_config_dict(base.get_config("maxk_offpolicy_is")).step_config().kind == "is_weighted"  # §3.3
 
 
@@ -42,7 +47,13 @@ def test_config_files_round_trip_through_the_typed_config():
         assert to_config_dict(from_config_dict(cfg)).to_dict() == cfg.to_dict()
     assert from_config_dict(tiny_synthetic.get_config()) == tiny_synthetic.get_run_config()
     run = rl_config(pipeline_from_config_dict(tiny.get_config()), "/base", "/run/rl", "/cache/train.jsonl")
-    assert (run.rollout.prompts, run.rollout.sampler.n, run.max_steps, run.algo.estimator) == (8, 8, 16, "maxk_offpolicy")
+    assert (run.rollout.prompts, run.rollout.sampler.n, run.max_steps, run.algo.estimator) == (8, 8, 16,
+                                                                                         "maxk_offpolicy_exact")
+    assert (dict(run.algo.estimator_options), run.algo.loss.kind) == ({"baseline": "loo1", "scale": "loo_rms"},
+                                                                      "is_weighted")
+    grpo = rl_config(pipeline_from_config_dict(tiny.get_config(), shortcut_overrides(estimator="grpo")), "/base",
+                     "/run/rl", "/cache/train.jsonl")   # --estimator: that estimator with its own defaults
+    assert (grpo.algo.estimator, grpo.algo.estimator_options, grpo.algo.loss.kind) == ("grpo", (), "clipped")
 
 
 def test_tiny_pipeline_config_file_serves_the_typed_defaults_and_the_toy_variant():

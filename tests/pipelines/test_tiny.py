@@ -34,7 +34,7 @@ def test_toy_pipeline_writes_the_report(tmp_path):
         assert text in report, text
     comparison = json.loads((run / "comparison.json").read_text())
     assert comparison["ks"] == [1, 2] and comparison["num_problems"] == 2
-    assert set(comparison["means"]) == {"base", "trained (maxk_offpolicy)"}
+    assert set(comparison["means"]) == {"base", "trained (maxk_offpolicy_exact)"}   # the default method
     metrics = [json.loads(line) for line in (run / "rl/metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     timings = json.loads((run / "timings.json").read_text())
@@ -61,7 +61,7 @@ def test_report_markdown_lists_setup_phases_and_tables():
     md = report_markdown(cfg, comparison, timings, {"description": "tiny model X"}, {"reward/mean": 0.25},
                          {"start": [1.0], "end": [2.0]})
     assert md.startswith("# Tiny pipeline run `tiny`")
-    for text in ("- model: tiny model X", "estimator `maxk_offpolicy` (k = 4)", "reward mean 0.250",
+    for text in ("- model: tiny model X", "estimator `maxk_offpolicy_exact` (baseline=loo1, scale=loo_rms, is_weighted loss, k = 4)", "reward mean 0.250",
                  "3 test problems, n = 64", "| data | 1.0 | 0.5 |", "| total | 3.5 | 4.5 |",
                  "each distinct (program, tests) judged once", "## Base vs trained:", "max@2"):
         assert text in md, text
