@@ -49,6 +49,9 @@ from typing import Any, Callable
 import numpy as np
 from absl import app, flags
 
+from experiments import bench_torch
+from experiments.bench_torch import median_time as _median_time
+
 FLAGS = flags.FLAGS
 PARTS = ("ceilings", "decode", "hf_generate", "train", "torch_train")
 
@@ -74,14 +77,6 @@ def define_flags() -> None:
 TRAIN_PRESET = "qwen2.5-coder-1.5b"
 
 
-def _median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
-    """Median seconds of ``repeats`` calls of fn (which blocks until its result is ready)."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), times
 
 
 def parse_case(text: str) -> tuple[int, int, int, int]:
@@ -373,7 +368,6 @@ def main(argv: list[str]) -> None:
         dtype="bfloat16", param_dtype="float32", remat=True)
     res["train_preset"] = "tiny" if smoke else TRAIN_PRESET
     res["train_shape"] = f"{p * n} x {sp + t} tokens, {micro} micro-batches, k = {k}"
-    from experiments import bench_torch
     part("hf_generate", lambda: {"preset": first_name, **bench_torch.hf_generate(first_config, cases[0], FLAGS.seed)})
     part("torch_train", lambda: bench_torch.torch_train(train_config, data, n, micro, FLAGS.repeats))
     part("ceilings", lambda: ceilings(FLAGS.bandwidth_mib, FLAGS.matmul_size))

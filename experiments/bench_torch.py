@@ -1,14 +1,23 @@
 """The PyTorch + transformers baselines of ``experiments/bench_accelerator.py`` (imported by it when those
 parts run): transformers ``generate`` and the RL train step's loss form in PyTorch, on the same
-shapes; see that module's docstring. Needs torch and transformers (a CUDA device off ``--smoke``)."""
+shapes; see that module's docstring. Needs torch and transformers (a CUDA device off ``--smoke``).
+A helper without a main (imported by the benchmark, never the other way)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from experiments.bench_accelerator import _median_time
+
+def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
+    """Median seconds of ``repeats`` calls of fn (which blocks until its result is ready), and every time."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), times
 
 
 def _torch_device() -> Any:
@@ -63,7 +72,7 @@ def hf_generate(config: Any, case: tuple[int, int, int, int], seed: int) -> dict
     first = time.perf_counter() - t0
     if tuple(out.shape) != (p * n, tp + t):
         raise RuntimeError(f"transformers generate returned {tuple(out.shape)}, expected {(p * n, tp + t)}")
-    steady, all_s = _median_time(gen, 2)
+    steady, all_s = median_time(gen, 2)
     del model, out
     _torch_free()
     return {"prompts": p, "n": n, "prompt_len": tp, "new_tokens": t, "first_call_s": first, "steady_s": steady,
@@ -114,7 +123,7 @@ def torch_train(config: Any, data: dict[str, np.ndarray], n: int, micro: int, re
     t0 = time.perf_counter()
     loss0 = step()
     first = time.perf_counter() - t0
-    steady, all_s = _median_time(step, repeats)
+    steady, all_s = median_time(step, repeats)
     out = {"first_call_s": first, "steady_s": steady, "all_s": all_s, "loss0": loss0,
            "tokens_per_s": data["tokens"].size / steady, "peak_mem_gb": None}
     if dev.type == "cuda":

@@ -26,7 +26,7 @@ def _inputs(p, n, kv, g, d, tp, s, dtype, seed=0):
                 cache_k=normal(ks[5], (b, kv, s, d)), cache_v=normal(ks[6], (b, kv, s, d)))
 
 
-@pytest.mark.parametrize("length", [0, 9, 37])
+@pytest.mark.parametrize("length", [pytest.param(0, marks=pytest.mark.slow), 9, pytest.param(37, marks=pytest.mark.slow)])
 def test_kernels_equal_attend_decode(length):
     x = _inputs(p=2, n=3, kv=2, g=3, d=16, tp=40, s=37, dtype=jnp.float32)
     want = attend_decode(**x, valid=jnp.arange(37) < length)
@@ -37,6 +37,7 @@ def test_kernels_equal_attend_decode(length):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_kernels_bfloat16_many_queries_per_prompt():
     # n * G = 24 queries per prompt (two 16-row tiles padded to 32), bf16 K/V read in their dtype
     x = _inputs(p=1, n=4, kv=2, g=6, d=32, tp=64, s=70, dtype=jnp.bfloat16, seed=1)

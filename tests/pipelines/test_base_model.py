@@ -1,6 +1,6 @@
 """maxk_jax.pipelines.base_model: the base-model cache key covers exactly the settings that change
 the base model; the synthetic split is cached by its settings."""
-from maxk_jax.pipelines import default_config, toy_config
+from maxk_jax.pipelines import default_config, shortcut_overrides, toy_config
 from maxk_jax.pipelines import base_key, prepare_data, section_dict, settings_hash
 from maxk_jax.fields import replace_fields
 
@@ -14,7 +14,7 @@ def test_base_key_changes_with_every_section():
         keys.add(base_key(replace_fields(default_config(), {path: value})))
     assert len(keys) == 7
     # RL settings do not change the base model, nor does the (unused) path field
-    moved = replace_fields(default_config(), {"rl.algo.estimator": "grpo", "model.path": "/elsewhere"})
+    moved = replace_fields(default_config(), shortcut_overrides(estimator="grpo", model_path="/elsewhere"))
     assert base_key(moved) == base_key(c)
 
 

@@ -16,10 +16,10 @@ def test_cells_cover_every_correction_for_each_staleness():
         (2, "none", ("maxk_offpolicy",), "async_s2_none"),
         (2, "behaviour", ("maxk_offpolicy", "maxk_offpolicy_exact"), "async_s2_behaviour"),
         (2, "tis", ("maxk_offpolicy", "grpo"), "async_s2_tis")]
-    with pytest.raises(ValueError, match="needs algo.loss.kind='is_weighted'"):   # refused since issue 42
-        cell_config(default_config(), cells[2])
     from experiments.configs.base import METHODS
     from maxk_jax.pipelines.methods import apply_method
+    with pytest.raises(ValueError, match="needs algo.loss.kind='is_weighted'"):   # refused since issue 42
+        cell_config(apply_method(default_config(), "maxk_offpolicy", METHODS), cells[2])
     unbiased = grid_cells((2,), baseline="loo1_rms")[1]
     assert unbiased.methods == ("maxk_offpolicy_loo1_rms", "maxk_offpolicy_exact_loo1_rms")
     for method in unbiased.methods:
