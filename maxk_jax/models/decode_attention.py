@@ -108,6 +108,16 @@ def _compiler_params(interpret: bool) -> plgpu.CompilerParams | None:
     return None if interpret else plgpu.CompilerParams(num_warps=4, num_stages=2)
 
 
+def _partial_outputs(programs: int, kv: int, rows: int, d: int) -> dict:
+    """``out_specs`` / ``out_shape`` of a kernel on a (programs, kv) grid writing its float32 partial
+    result: o [programs, kv, rows, D] and the softmax statistics m, l [programs, kv, rows]."""
+    specs = [pl.BlockSpec((None, None, rows, d), lambda i, j: (i, j, 0, 0))] + [
+        pl.BlockSpec((None, None, rows), lambda i, j: (i, j, 0))] * 2
+    shapes = [jax.ShapeDtypeStruct((programs, kv, rows, d), jnp.float32)] + [
+        jax.ShapeDtypeStruct((programs, kv, rows), jnp.float32)] * 2
+    return {"out_specs": specs, "out_shape": shapes}
+
+
 def supported(q: jax.Array, prompt_k: jax.Array, cache_k: jax.Array) -> bool:
     """Whether the kernels tile these shapes: head dim and both slot counts >= 16, head dim a power of two."""
     d = q.shape[-1]
@@ -158,12 +168,7 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
                   pl.BlockSpec((None, None, tp, d), lambda i, j: (i, j, 0, 0)),
                   pl.BlockSpec((None, None, tp, d), lambda i, j: (i, j, 0, 0)),
                   pl.BlockSpec((None, tp), lambda i, j: (i, 0))],
-        out_specs=[pl.BlockSpec((None, None, nq, d), lambda i, j: (i, j, 0, 0)),
-                   pl.BlockSpec((None, None, nq), lambda i, j: (i, j, 0)),
-                   pl.BlockSpec((None, None, nq), lambda i, j: (i, j, 0))],
-        out_shape=[jax.ShapeDtypeStruct((p, kv, nq, d), jnp.float32),
-                   jax.ShapeDtypeStruct((p, kv, nq), jnp.float32),
-                   jax.ShapeDtypeStruct((p, kv, nq), jnp.float32)],
+        **_partial_outputs(p, kv, nq, d),
         compiler_params=params, interpret=interpret, name="decode_attention_prompt",
     )(qp, prompt_k, prompt_v, prompt_valid.astype(jnp.int32))
 
@@ -184,12 +189,7 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
                   pl.BlockSpec((None, None, ng, d), lambda i, j: (i, j, 0, 0)),
                   pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0)),
                   pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0))],
-        out_specs=[pl.BlockSpec((None, None, ng, d), lambda i, j: (i, j, 0, 0)),
-                   pl.BlockSpec((None, None, ng), lambda i, j: (i, j, 0)),
-                   pl.BlockSpec((None, None, ng), lambda i, j: (i, j, 0))],
-        out_shape=[jax.ShapeDtypeStruct((b, kv, ng, d), jnp.float32),
-                   jax.ShapeDtypeStruct((b, kv, ng), jnp.float32),
-                   jax.ShapeDtypeStruct((b, kv, ng), jnp.float32)],
+        **_partial_outputs(b, kv, ng, d),
         compiler_params=params, interpret=interpret, name="decode_attention_own",
     )(jnp.reshape(length, (1,)).astype(jnp.int32), qo, cache_k, cache_v)
     o_c, m_c, l_c = o_c[:, :, :g], m_c[:, :, :g], l_c[:, :, :g]
