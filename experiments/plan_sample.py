@@ -154,11 +154,12 @@ def _gpu_main() -> None:
     from maxk_jax.sampling import SamplerSettings
     settings = SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.new_tokens)
     reports, lines = [], []
+    options = _xla_options()
     for preset in FLAGS.presets:
         for attention in FLAGS.decode_attention:
             config = qwen2.preset(preset, dtype=FLAGS.dtype, decode_attention=attention)
             r = gpu_plan.gpu_decode_report(config, settings, FLAGS.prompts, FLAGS.prompt_len, FLAGS.target,
-                                           compiler_options=_xla_options())
+                                           compiler_options=options)
             reports.append({"preset": preset, **{k: v for k, v in r.items() if k != "traffic"},
                             "traffic": r["traffic"][:20]})
             lines += [f"{preset}, decode_attention={attention}: {FLAGS.prompts} prompts x n={FLAGS.n}, "
