@@ -6,16 +6,19 @@ r"""Asynchronous rollouts: staleness s x correction, on the tiny pipeline (or th
                                                    # (of the evaluated runs of --seeds, each cell re-aggregated)
 
 One method comparison (experiments/compare_methods.py's `run_comparison`, resumable, same base and
-evaluation keys) per cell of `maxk_jax.pipelines.staleness_grid.grid_cells`: s = 0 synchronous
-(maxk_offpolicy, maxk_offpolicy_exact, GRPO); for every s > 0 ``none`` (maxk_offpolicy as if
-on-policy), ``behaviour`` (maxk_offpolicy = first-order r̃′, maxk_offpolicy_exact = eq. 10, δ to the
-stale sampler) and ``tis`` (maxk_offpolicy and GRPO with per-sample truncated IS, cap
-``rl.algo.tis_cap``); ``--baseline=loo1``: the same max@k cells with the leave-one-out baseline
-(maxk_offpolicy_loo1, maxk_offpolicy_exact_loo1) instead of the z-score, without GRPO. Each cell's runs
-go to ``<runs_dir>/<prefix>_s<s>[_<correction>]``; the table
-(max@1, max@K, pass@1, pass@K at equal RL steps, the behaviour ratios' statistics, seconds per step and
-the learner's wait) and the plot (max@1 / max@K against s per method and correction) go to
-``<runs_dir>/<prefix>_grid.{md,json,png}``.
+evaluation keys) per cell of `maxk_jax.pipelines.staleness_grid.grid_cells`, with the max@k estimators of
+``--baseline``. The default ``loo1_rms`` is the unbiased scale-free family (the default method's; the
+only one the ``behaviour`` correction accepts): s = 0 synchronous (maxk_offpolicy_loo1_rms = first-order
+r̃′, maxk_offpolicy_exact_loo1_rms = eq. 10); for every s > 0 ``none`` (first-order as if on-policy),
+``behaviour`` (both, δ to the stale sampler) and ``tis`` (first-order with per-sample truncated IS, cap
+``rl.algo.tis_cap``). ``--baseline=zscore``: the paper's z-scored maxk_offpolicy / maxk_offpolicy_exact
+with GRPO beside them (a grid with s > 0 is refused before any work: its behaviour cells are biased;
+the family is kept to re-aggregate runs made before); ``loo1``: the leave-one-out baseline in the clipped loss, without GRPO;
+``--baseline=zscore,loo1_rms``: one grid of both families (each cell directory holds both families' runs).
+Each cell's runs go to ``<runs_dir>/<prefix>_s<s>[_<correction>]``; the table (max@1, max@K, pass@1,
+pass@K at equal RL steps, KL to the reference and the mean update norm, the behaviour ratios' statistics,
+seconds per step and the learner's wait) and the plot (max@1 / max@K against s per method and
+correction) go to ``<runs_dir>/<prefix>_grid.{md,json,png}``.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from experiments.configs import base as base_config
 from maxk_jax import cli, config_overrides, preflight
 from maxk_jax.cli import parse_seeds
 from maxk_jax.pipelines import from_config_dict, run_comparison, shortcut_overrides
+from maxk_jax.pipelines.methods import apply_method
 from maxk_jax.pipelines.staleness_grid import (cell_config, cell_has_runs, collect_rows, grid_cells, grid_markdown,
                                                plot_grid)
 
@@ -45,11 +49,12 @@ def define_flags() -> None:
     flags.DEFINE_list("staleness", ["0", "1", "2", "4"], "rollout.max_staleness values (0 = the synchronous cell).")
     flags.DEFINE_list("seeds", ["0"], "RL seeds; every (method, cell) runs once per seed.")
     flags.DEFINE_string("prefix", "async", "Name prefix of the cells' comparison directories and of the grid files.")
-    flags.DEFINE_enum("baseline", "zscore", ["zscore", "loo1", "loo1_rms"], "Baseline of the max@k estimators: zscore (the "
-                      "paper's, with maxk_offpolicy / maxk_offpolicy_exact and GRPO cells), loo1 (the unbiased "
-                      "leave-one-out baseline: maxk_offpolicy_loo1 / maxk_offpolicy_exact_loo1, no GRPO cells) or "
-                      "loo1_rms (the unbiased scale-free form, IS-weighted: maxk_offpolicy_loo1_rms / "
-                      "maxk_offpolicy_exact_loo1_rms, the only family whose behaviour cells validate).")
+    flags.DEFINE_list("baseline", ["loo1_rms"], "Baselines of the max@k estimators (comma-separated; several give one "
+                      "grid whose cells hold every family's runs): zscore (the paper's, with maxk_offpolicy / "
+                      "maxk_offpolicy_exact and GRPO cells), loo1 (the unbiased leave-one-out baseline: "
+                      "maxk_offpolicy_loo1 / maxk_offpolicy_exact_loo1, no GRPO cells) or loo1_rms (the unbiased "
+                      "scale-free form, IS-weighted: maxk_offpolicy_loo1_rms / maxk_offpolicy_exact_loo1_rms, the "
+                      "only family whose behaviour cells validate).")
     flags.DEFINE_string("runs_dir", None, "Runs directory (default: config.runs_dir); the base-model cache is shared "
                         "with experiments.tiny_pipeline and compare_methods.")
     flags.DEFINE_bool("aggregate_only", False, "Train nothing: re-aggregate each cell's evaluated (method, seed) runs "
@@ -74,6 +79,8 @@ def main(argv: Sequence[str]) -> None:
         cells = grid_cells(staleness, FLAGS.prefix, FLAGS.baseline)
         for cell in cells:
             cell_config(cfg, cell)   # every cell's config is valid before any work
+            for method in ([] if FLAGS.aggregate_only else cell.methods):   # and every run it would train
+                cell_config(apply_method(cfg, method, base_config.METHODS), cell)
         preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")
         preflight.check_executor(cfg.executor)
     for cell in cells:

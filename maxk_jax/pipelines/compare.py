@@ -37,13 +37,14 @@ if TYPE_CHECKING:
     from maxk_jax.eval.result import EvalResult
 
 # Per-run training statistics read from the RL run's metrics.jsonl (see ``training_stats``).
-TRAIN_STATS = ("kl_ref_final", "grad_norm_mean", "clip_fraction_mean", "delta_gt_1_fraction_mean")
+TRAIN_STATS = ("kl_ref_final", "grad_norm_mean", "update_norm_mean", "clip_fraction_mean", "delta_gt_1_fraction_mean")
 
 
 def training_stats(rl_dir: str) -> dict[str, float]:
     """Update-size statistics of one RL run from ``<rl_dir>/metrics.jsonl``: KL to the reference
-    (initial) policy at the last step (``ppo/kl_ref``), mean grad norm before clipping, mean PPO clip
-    fraction and mean fraction of samples with |rho - 1| > 1 (sequence level), over steps."""
+    (initial) policy at the last step (``ppo/kl_ref``), mean grad norm before clipping, mean norm of
+    the parameter update (``ppo/update_norm``), mean PPO clip fraction and mean fraction of samples
+    with |rho - 1| > 1 (sequence level), over steps (NaN for a statistic the run did not log)."""
     path = os.path.join(rl_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no metrics.jsonl in {rl_dir!r}")
@@ -61,7 +62,8 @@ def training_stats(rl_dir: str) -> dict[str, float]:
 
     kl = series("ppo/kl_ref")
     return {"kl_ref_final": float(kl[-1]) if kl.size else float("nan"),
-            "grad_norm_mean": mean("ppo/grad_norm"), "clip_fraction_mean": mean("ppo/clip_fraction"),
+            "grad_norm_mean": mean("ppo/grad_norm"), "update_norm_mean": mean("ppo/update_norm"),
+            "clip_fraction_mean": mean("ppo/clip_fraction"),
             "delta_gt_1_fraction_mean": mean("ppo/is_delta_gt_1_fraction")}
 
 
@@ -239,8 +241,8 @@ def results_markdown(agg: dict[str, Any], setup: Sequence[str]) -> str:
         lines.append("| " + " | ".join([label] + cells) + " |")
     if any("train" in e for e in methods.values()):
         lines += ["", "## Update size (the same learning rate for every method)", "",
-                  "| Method | KL to reference (last step) | grad norm (mean) | PPO clip fraction | "
-                  "share of samples with abs(delta) > 1 |", "|:--|--:|--:|--:|--:|"]
+                  "| Method | KL to reference (last step) | grad norm (mean) | update norm (mean) | PPO clip fraction | "
+                  "share of samples with abs(delta) > 1 |", "|:--|--:|--:|--:|--:|--:|"]
         for name, entry in methods.items():
             if "train" in entry:
                 t = entry["train"]

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from maxk_jax.pipelines.compare import training_stats
 from maxk_jax.pipelines.config import PipelineConfig
 from maxk_jax.fields import replace_fields
 
@@ -40,6 +41,7 @@ LABELS = {(m, "behaviour"): f"{m} {kind}" for first, exact in FAMILIES.values()
 STALE_KEYS = ("ppo/stale_log_ratio_abs_mean", "ppo/stale_clamped_fraction", "ppo/stale_ess_fraction_mean",
               "ppo/stale_ess_fraction_min")
 TIME_KEYS = ("time/step_s", "time/wait_rollout_s")
+UPDATE_KEYS = ("kl_ref_final", "update_norm_mean")   # update size, from `compare.training_stats`
 
 
 class Cell(NamedTuple):
@@ -51,22 +53,32 @@ class Cell(NamedTuple):
     name: str
 
 
-def grid_cells(staleness: Sequence[int], prefix: str = "async", baseline: str = "zscore") -> list[Cell]:
+def grid_cells(staleness: Sequence[int], prefix: str = "async",
+               baseline: str | Sequence[str] = "zscore") -> list[Cell]:
     """The comparisons of the grid for the staleness values (0 = the synchronous cell), with the max@k
-    estimators of `baseline` (a `FAMILIES` key; "loo1" leaves GRPO out)."""
-    if baseline not in FAMILIES:
-        raise ValueError(f"baseline={baseline!r} must be one of {sorted(FAMILIES)}")
-    first, exact = FAMILIES[baseline]
-    peer = (PEER,) if baseline == "zscore" else ()
-    cells = []
-    for s in staleness:
-        if s == 0:
-            cells.append(Cell(0, "none", (first, exact) + peer, f"{prefix}_s0"))
-            continue
-        cells += [Cell(s, "none", (first,), f"{prefix}_s{s}_none"),
-                  Cell(s, "behaviour", (first, exact), f"{prefix}_s{s}_behaviour"),
-                  Cell(s, "tis", (first,) + peer, f"{prefix}_s{s}_tis")]
-    return cells
+    estimators of `baseline` (a `FAMILIES` key; "loo1" / "loo1_rms" leave GRPO out). Several
+    baselines give one grid: each cell holds the union of their methods (in the order given), so one
+    comparison directory reads the z-scored and the unbiased runs of the same (s, correction)."""
+    families = [baseline] if isinstance(baseline, str) else list(baseline)
+    if not families:
+        raise ValueError("baseline=[] must name at least one of " + str(sorted(FAMILIES)))
+    for name in families:
+        if name not in FAMILIES:
+            raise ValueError(f"baseline={name!r} must be one of {sorted(FAMILIES)}")
+    cells: dict[str, Cell] = {}
+    for name in families:
+        first, exact = FAMILIES[name]
+        peer = (PEER,) if name == "zscore" else ()
+        for s in staleness:
+            parts = [(0, "none", (first, exact) + peer, f"{prefix}_s0")] if s == 0 else [
+                (s, "none", (first,), f"{prefix}_s{s}_none"),
+                (s, "behaviour", (first, exact), f"{prefix}_s{s}_behaviour"),
+                (s, "tis", (first,) + peer, f"{prefix}_s{s}_tis")]
+            for cs, correction, methods, cell_name in parts:
+                old = cells.get(cell_name)
+                union = methods if old is None else old.methods + tuple(m for m in methods if m not in old.methods)
+                cells[cell_name] = Cell(cs, correction, union, cell_name)
+    return sorted(cells.values(), key=lambda c: (c.s, ("none", "behaviour", "tis").index(c.correction)))
 
 
 def cell_config(cfg: PipelineConfig, cell: Cell) -> PipelineConfig:
@@ -132,7 +144,8 @@ def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
     """One row per (method, correction, s) of the finished cells (a cell without results.json is
     skipped, and so is a method its results.json lacks: a partly finished cell): max@1 / max@K /
     pass@1 / pass@K (mean and per seed), the base's, the runs' means of `STALE_KEYS`, `TIME_KEYS`
-    and ``time/rl_step_s`` (mean over seeds), the in-loop max@K curve (``curve_steps``,
+    and ``time/rl_step_s``, the update size (`UPDATE_KEYS`: KL to the reference at the last step, mean
+    parameter-update norm; mean over seeds), the in-loop max@K curve (``curve_steps``,
     ``curve_maxK``) and the equal-wall-time reading (`add_equal_wall_time`)."""
     rows = []
     for cell in cells:
@@ -158,6 +171,8 @@ def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
                 row[f"{short}K"] = entry[metric]["mean"][large]
                 row[f"{short}K_per_seed"] = [entry[metric]["per_seed"][s][large] for s in seeds]
             row.update({key: float(np.mean([r[key] for r in runs])) for key in runs[0]})
+            trained = [training_stats(os.path.join(runs_dir, cell.name, method, f"seed{s}", "rl")) for s in seeds]
+            row.update({key: float(np.mean([st[key] for st in trained])) for key in UPDATE_KEYS})
             row["curve_steps"], row["curve_maxK"] = _curve(res, method, large)
             rows.append(row)
     add_equal_wall_time(rows)
@@ -173,14 +188,15 @@ def grid_markdown(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return "(no finished cell)\n"
     k = rows[0]["large_k"]
-    lines = [f"| method / correction | s | seeds | max@1 | max@{k} | pass@1 | pass@{k} | |log π_old/μ| | clamped "
-             f"| ESS/n mean (min) | s/step | learner wait s/step | curve max@{k} at the end | sync at equal time "
-             "(its steps) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| method / correction | s | seeds | max@1 | max@{k} | pass@1 | pass@{k} | KL to ref | update norm "
+             f"| |log π_old/μ| | clamped | ESS/n mean (min) | s/step | learner wait s/step | curve max@{k} at the end "
+             "| sync at equal time (its steps) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["label"].split()[0], r["s"], r["correction"])):
         steps = r.get("sync_steps_at_equal_time", float("nan"))
         lines.append(
             f"| {r['label']} | {r['s']} | {r['seeds']} | {_fmt(r['max1'])} | {_fmt(r['maxK'])} | {_fmt(r['pass1'])} | "
-            f"{_fmt(r['passK'])} | {_fmt(r['ppo/stale_log_ratio_abs_mean'], 2)} | "
+            f"{_fmt(r['passK'])} | {_fmt(r.get('kl_ref_final', float('nan')))} | "
+            f"{_fmt(r.get('update_norm_mean', float('nan')), 4)} | {_fmt(r['ppo/stale_log_ratio_abs_mean'], 2)} | "
             f"{_fmt(r['ppo/stale_clamped_fraction'], 2)} | {_fmt(r['ppo/stale_ess_fraction_mean'], 2)} "
             f"({_fmt(r['ppo/stale_ess_fraction_min'], 2)}) | {_fmt(r.get('time/rl_step_s', float('nan')), 2)} | "
             f"{_fmt(r['time/wait_rollout_s'], 2)} | {_fmt(r.get('curveK_end', float('nan')))} | "

@@ -20,7 +20,8 @@ def test_grid_on_the_toy_config(tmp_path):
     res = _run(tmp_path, "--staleness=0,1", "--seeds=0")
     assert res.returncode == 0, res.stderr[-3000:]
     table = (tmp_path / "async_grid.md").read_text()
-    for label in ("maxk_offpolicy_exact exact", "maxk_offpolicy first-order", "grpo tis", "maxk_offpolicy none"):
+    for label in ("maxk_offpolicy_exact_loo1_rms exact", "maxk_offpolicy_loo1_rms first-order",
+                  "maxk_offpolicy_loo1_rms tis", "maxk_offpolicy_loo1_rms none"):      # the default: unbiased
         assert f"| {label} | 1 | 1 |" in table, table
     assert (tmp_path / "async_grid.png").is_file()
     again = _run(tmp_path, "--staleness=0,1", "--seeds=0", "--aggregate_only")
@@ -30,3 +31,15 @@ def test_grid_on_the_toy_config(tmp_path):
 def test_negative_staleness_is_refused_before_work(tmp_path):
     res = _run(tmp_path, "--staleness=0,-1")
     assert res.returncode == 2 and "must be ints >= 0" in res.stderr and not os.listdir(tmp_path), res.stderr[-2000:]
+
+
+def test_an_unknown_baseline_in_the_list_is_refused_before_work(tmp_path):
+    res = _run(tmp_path, "--baseline=zscore,mean")
+    assert res.returncode == 2 and "baseline='mean' must be one of" in res.stderr and not os.listdir(tmp_path), \
+        res.stderr[-2000:]
+
+
+def test_a_grid_with_a_biased_behaviour_cell_is_refused_before_work(tmp_path):
+    res = _run(tmp_path, "--baseline=zscore", "--staleness=0,1")
+    assert res.returncode == 2 and "needs algo.loss.kind='is_weighted'" in res.stderr and not os.listdir(tmp_path), \
+        res.stderr[-2000:]

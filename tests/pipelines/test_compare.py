@@ -55,14 +55,14 @@ def test_aggregate_means_stds_and_paired_tests():
 def test_training_stats_and_their_aggregate(tmp_path):
     rl = tmp_path / "rl"
     rl.mkdir()
-    recs = [{"step": 1, "ppo/kl_ref": 0.01, "ppo/grad_norm": 0.5, "ppo/clip_fraction": 0.1,
+    recs = [{"step": 1, "ppo/kl_ref": 0.01, "ppo/grad_norm": 0.5, "ppo/update_norm": 0.02, "ppo/clip_fraction": 0.1,
              "ppo/is_delta_gt_1_fraction": 0.0},
-            {"step": 2, "ppo/kl_ref": 0.04, "ppo/grad_norm": 1.5, "ppo/clip_fraction": 0.3,
+            {"step": 2, "ppo/kl_ref": 0.04, "ppo/grad_norm": 1.5, "ppo/update_norm": 0.04, "ppo/clip_fraction": 0.3,
              "ppo/is_delta_gt_1_fraction": 0.2}]
     (rl / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     st = training_stats(str(rl))
-    assert st == pytest.approx({"kl_ref_final": 0.04, "grad_norm_mean": 1.0, "clip_fraction_mean": 0.2,
-                                "delta_gt_1_fraction_mean": 0.1})
+    assert st == pytest.approx({"kl_ref_final": 0.04, "grad_norm_mean": 1.0, "update_norm_mean": 0.03,
+                                "clip_fraction_mean": 0.2, "delta_gt_1_fraction_mean": 0.1})
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
         training_stats(str(tmp_path))
     # aggregate + table with the stats

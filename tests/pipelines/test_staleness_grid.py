@@ -38,6 +38,20 @@ def test_loo1_cells_swap_the_maxk_estimators_and_leave_grpo_out():
     assert LABELS[("maxk_offpolicy_exact_loo1", "behaviour")] == "maxk_offpolicy_exact_loo1 exact"
     with pytest.raises(ValueError, match="baseline='mean' must be one of"):
         grid_cells((0,), baseline="mean")
+    with pytest.raises(ValueError, match="baseline='mean' must be one of"):
+        grid_cells((0,), baseline=("zscore", "mean"))
+
+
+def test_several_baselines_give_one_grid_whose_cells_hold_every_family():
+    cells = grid_cells((0, 1), "t", baseline=("zscore", "loo1_rms"))
+    assert [(c.s, c.correction, c.methods, c.name) for c in cells] == [
+        (0, "none", ("maxk_offpolicy", "maxk_offpolicy_exact", "grpo", "maxk_offpolicy_loo1_rms",
+                     "maxk_offpolicy_exact_loo1_rms"), "t_s0"),
+        (1, "none", ("maxk_offpolicy", "maxk_offpolicy_loo1_rms"), "t_s1_none"),
+        (1, "behaviour", ("maxk_offpolicy", "maxk_offpolicy_exact", "maxk_offpolicy_loo1_rms",
+                          "maxk_offpolicy_exact_loo1_rms"), "t_s1_behaviour"),
+        (1, "tis", ("maxk_offpolicy", "grpo", "maxk_offpolicy_loo1_rms"), "t_s1_tis")]
+    assert grid_cells((0, 1), "t", baseline=("zscore",)) == grid_cells((0, 1), "t", baseline="zscore")
 
 
 def _fake_cell(root, cell, values, step_s=2.0):
@@ -53,7 +67,8 @@ def _fake_cell(root, cell, values, step_s=2.0):
         curves["methods"][m] = {"steps": [2, 4], "mean": {"1": [v, v], "4": [0.4 + v, 0.4 + 2 * v]}}
         rl = d / m / "seed0" / "rl"
         rl.mkdir(parents=True)
-        rows = [{"ppo/stale_log_ratio_abs_mean": 0.1 * s, "ppo/stale_clamped_fraction": 0.0,
+        rows = [{"ppo/kl_ref": 0.01 * (s + 1), "ppo/update_norm": 0.1 + 0.1 * s,
+                 "ppo/stale_log_ratio_abs_mean": 0.1 * s, "ppo/stale_clamped_fraction": 0.0,
                  "ppo/stale_ess_fraction_mean": 1.0 - 0.1 * s, "ppo/stale_ess_fraction_min": 0.5,
                  "time/step_s": step_s + (10.0 if s == 1 else 0.0), "time/eval_s": 10.0 if s == 1 else 0.0,
                  "time/wait_rollout_s": 0.0} for s in range(4)]
@@ -72,6 +87,7 @@ def test_rows_table_and_plot_from_finished_cells(tmp_path):
     r = rows[3]
     assert (r["max1"], r["maxK"], r["maxK_per_seed"], r["base_maxK"]) == (0.28, 0.56, [0.56], 0.5)
     np.testing.assert_allclose(r["ppo/stale_log_ratio_abs_mean"], 0.15)
+    np.testing.assert_allclose((r["kl_ref_final"], r["update_norm_mean"]), (0.04, 0.25))   # last KL, mean norm
     np.testing.assert_allclose((r["time/step_s"], r["time/rl_step_s"]), (4.0, 1.5))   # without the evaluation
     # equal wall time: 4 steps at 1.5 s = 6 s, in which the synchronous run (2 s/step) makes 3 steps;
     # its curve (0.4 at 0, 0.7 at 2, 1.0 at 4) is 0.85 there; this run's own curve ends at 0.96
@@ -79,7 +95,8 @@ def test_rows_table_and_plot_from_finished_cells(tmp_path):
                                (3.0, 0.85, 0.96))
     assert np.isnan(rows[0]["sync_steps_at_equal_time"]) and rows[0]["curveK_end"] == 1.0
     text = grid_markdown(rows)
-    assert "| maxk_offpolicy first-order | 1 | 1 | 0.280 | 0.560 |" in text and "max@4" in text
+    assert "| maxk_offpolicy first-order | 1 | 1 | 0.280 | 0.560 | 0.280 | 0.560 | 0.040 | 0.2500 |" in text
+    assert "max@4" in text and "KL to ref" in text
     assert "| 1.50 | 0.00 | 0.960 | 0.850 (3) |" in text
     plot_grid(rows, str(tmp_path / "grid.png"), "t")
     assert (tmp_path / "grid.png").stat().st_size > 0
