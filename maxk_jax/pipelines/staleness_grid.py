@@ -143,7 +143,8 @@ def cell_has_runs(runs_dir: str, cell: Cell, seeds: Sequence[int]) -> bool:
 def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
     """One row per (method, correction, s) of the finished cells (a cell without results.json is
     skipped, and so is a method its results.json lacks: a partly finished cell): max@1 / max@K /
-    pass@1 / pass@K (mean and per seed), the base's, the runs' means of `STALE_KEYS`, `TIME_KEYS`
+    pass@1 / pass@K (mean, per seed, and the comparison's 95 % bootstrap interval ``*_ci`` = [low, high]
+    or None), the base's, the runs' means of `STALE_KEYS`, `TIME_KEYS`
     and ``time/rl_step_s``, the update size (`UPDATE_KEYS`: KL to the reference at the last step, mean
     parameter-update norm; mean over seeds), the in-loop max@K curve (``curve_steps``,
     ``curve_maxK``) and the equal-wall-time reading (`add_equal_wall_time`)."""
@@ -169,6 +170,8 @@ def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
             for metric, short in (("max_at_k", "max"), ("pass_at_k", "pass")):
                 row[f"{short}1"] = entry[metric]["mean"]["1"]
                 row[f"{short}K"] = entry[metric]["mean"][large]
+                ci = entry[metric].get("ci") or {}       # 95 % bootstrap over problems and seeds
+                row[f"{short}1_ci"], row[f"{short}K_ci"] = ci.get("1"), ci.get(large)
                 row[f"{short}K_per_seed"] = [entry[metric]["per_seed"][s][large] for s in seeds]
             row.update({key: float(np.mean([r[key] for r in runs])) for key in runs[0]})
             trained = [training_stats(os.path.join(runs_dir, cell.name, method, f"seed{s}", "rl")) for s in seeds]
@@ -183,6 +186,11 @@ def _fmt(v: float, digits: int = 3) -> str:
     return "–" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
 
 
+def _with_ci(r: dict[str, Any], key: str) -> str:
+    ci = r.get(f"{key}_ci")
+    return _fmt(r[key]) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
+
+
 def grid_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The s x correction table (one line per method/correction/s)."""
     if not rows:
@@ -194,7 +202,8 @@ def grid_markdown(rows: Sequence[dict[str, Any]]) -> str:
     for r in sorted(rows, key=lambda r: (r["label"].split()[0], r["s"], r["correction"])):
         steps = r.get("sync_steps_at_equal_time", float("nan"))
         lines.append(
-            f"| {r['label']} | {r['s']} | {r['seeds']} | {_fmt(r['max1'])} | {_fmt(r['maxK'])} | {_fmt(r['pass1'])} | "
+            f"| {r['label']} | {r['s']} | {r['seeds']} | {_with_ci(r, 'max1')} | {_with_ci(r, 'maxK')} | "
+            f"{_fmt(r['pass1'])} | "
             f"{_fmt(r['passK'])} | {_fmt(r.get('kl_ref_final', float('nan')))} | "
             f"{_fmt(r.get('update_norm_mean', float('nan')), 4)} | {_fmt(r['ppo/stale_log_ratio_abs_mean'], 2)} | "
             f"{_fmt(r['ppo/stale_clamped_fraction'], 2)} | {_fmt(r['ppo/stale_ess_fraction_mean'], 2)} "
@@ -203,7 +212,9 @@ def grid_markdown(rows: Sequence[dict[str, Any]]) -> str:
             f"{_fmt(r.get('sync_curveK_at_equal_time', float('nan')))}"
             + (f" ({steps:.0f})" if np.isfinite(steps) else "") + " |")
     lines.append(f"\nBase model: max@1 {_fmt(rows[0]['base_max1'])}, max@{k} {_fmt(rows[0]['base_maxK'])}. "
-                 "s/step: seconds per RL step without the in-loop evaluation. The last two columns read the "
+                 "[low, high]: 95 % bootstrap interval over problems and seeds (the cell's comparison). "
+                 "KL to ref: at the last RL step; update norm: the mean parameter-update norm per step. s/step: "
+                 "seconds per RL step without the in-loop evaluation. The last two columns read the "
                  f"in-loop max@{k} curves (the periodic evaluation's problems; the base model at step 0): this "
                  "run's last point, and the synchronous run of the same method after the RL steps it makes in "
                  "the time this run took (from the two s/step; linear between evaluation points).")
@@ -211,8 +222,9 @@ def grid_markdown(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def plot_grid(rows: Sequence[dict[str, Any]], path: str, title: str) -> None:
-    """max@1, max@K and seconds per RL step (without the in-loop evaluation) against s, one line per
-    method / correction (the s = 0 point is each method's synchronous run), the base dashed."""
+    """max@1, max@K (with the 95 % intervals where every point has one) and seconds per RL step
+    (without the in-loop evaluation) against s, one line per method / correction (the s = 0 point is
+    each method's synchronous run), the base dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -228,7 +240,11 @@ def plot_grid(rows: Sequence[dict[str, Any]], path: str, title: str) -> None:
         method = pts[0]["method"]
         pts = ([sync[method]] if method in sync else []) + sorted(pts, key=lambda r: r["s"])
         for ax, key in zip(axes, ("max1", "maxK", "time/rl_step_s")):
-            ax.plot([p["s"] for p in pts], [p.get(key, float("nan")) for p in pts], marker="o", label=label)
+            ys = [p.get(key, float("nan")) for p in pts]
+            cis = [p.get(f"{key}_ci") for p in pts]
+            err = None if not all(cis) else np.array([[y - ci[0] for y, ci in zip(ys, cis)],
+                                                      [ci[1] - y for y, ci in zip(ys, cis)]])
+            ax.errorbar([p["s"] for p in pts], ys, yerr=err, marker="o", capsize=3, label=label)
     if rows:
         for ax, key, name in zip(axes, ("base_max1", "base_maxK"), ("max@1", f"max@{rows[0]['large_k']}")):
             ax.axhline(rows[0][key], color="gray", linestyle="--", label="base")

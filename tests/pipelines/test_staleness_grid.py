@@ -62,7 +62,8 @@ def _fake_cell(root, cell, values, step_s=2.0):
     curves = {"ks": [1, 4], "num_problems": 2, "base": {"1": 0.1, "4": 0.4}, "methods": {}}
     for m in cell.methods:
         v = values[m]
-        methods[m] = {metric: {"mean": {"1": v, "4": 2 * v}, "per_seed": {"0": {"1": v, "4": 2 * v}}}
+        methods[m] = {metric: {"mean": {"1": v, "4": 2 * v}, "per_seed": {"0": {"1": v, "4": 2 * v}},
+                               "ci": {"1": [v - 0.1, v + 0.1], "4": [2 * v - 0.2, 2 * v + 0.1]}}
                       for metric in ("max_at_k", "pass_at_k")}
         curves["methods"][m] = {"steps": [2, 4], "mean": {"1": [v, v], "4": [0.4 + v, 0.4 + 2 * v]}}
         rl = d / m / "seed0" / "rl"
@@ -95,7 +96,9 @@ def test_rows_table_and_plot_from_finished_cells(tmp_path):
                                (3.0, 0.85, 0.96))
     assert np.isnan(rows[0]["sync_steps_at_equal_time"]) and rows[0]["curveK_end"] == 1.0
     text = grid_markdown(rows)
-    assert "| maxk_offpolicy first-order | 1 | 1 | 0.280 | 0.560 | 0.280 | 0.560 | 0.040 | 0.2500 |" in text
+    assert ("| maxk_offpolicy first-order | 1 | 1 | 0.280 [0.180, 0.380] | 0.560 [0.360, 0.660] | 0.280 | 0.560 | "
+            "0.040 | 0.2500 |") in text
+    assert r["maxK_ci"] == pytest.approx([0.36, 0.66])
     assert "max@4" in text and "KL to ref" in text
     assert "| 1.50 | 0.00 | 0.960 | 0.850 (3) |" in text
     plot_grid(rows, str(tmp_path / "grid.png"), "t")
