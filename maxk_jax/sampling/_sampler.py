@@ -91,7 +91,8 @@ from maxk_jax import multihost
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.models import decode, qwen2
 from maxk_jax.fields import check_int
-from maxk_jax.sampling._filters import filtered_logits, log_softmax_parts, sampling_logprobs, validate_filters
+from maxk_jax.sampling._draw import draw_tokens
+from maxk_jax.sampling._filters import filtered_logits, sampling_logprobs, validate_filters
 from maxk_jax.sampling._inputs import check_prompts, sample_keys, stop_id_array
 from maxk_jax.sampling._buckets import (MIN_PROMPT_BUCKET, batch_shards, pad_prompts, prompt_batch_bucket,
                                         prompt_length_bucket)
@@ -201,50 +202,23 @@ def is_stop(tokens: jax.Array, stop_ids: jax.Array) -> jax.Array:
     return jnp.any(tokens[..., None] == stop_ids, axis=-1)
 
 
-def _first_argmax_two_pass(x: jax.Array) -> jax.Array:
-    top = jnp.max(x, axis=-1, keepdims=True)
-    iota = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
-    return jnp.min(jnp.where(x == top, iota, x.shape[-1]), axis=-1)
-
-
-def first_argmax(x: jax.Array) -> jax.Array:
-    """Index of the first maximum along the last axis: x [..., V] -> [...] int32 (``jnp.argmax``).
-    On CPU as two plain reductions, which XLA:CPU vectorises (~3x faster than its variadic
-    argmax); elsewhere (GPU, TPU) as ``jnp.argmax``'s one-pass reduction, which reads x once.
-    Chosen when the program is lowered (``lax.platform_dependent``), so a deviceless GPU compile
-    gets the GPU form."""
-    return jax.lax.platform_dependent(
-        x, cpu=_first_argmax_two_pass, default=lambda v: jnp.argmax(v, axis=-1).astype(jnp.int32))
-
-
-def gumbel_max(key: jax.Array, logp: jax.Array) -> jax.Array:
-    """One draw from softmax(logp): logp [V] (-inf = excluded), key a single key -> [] int32.
-
-    Gumbel-max exactly as ``jax.random.categorical`` (same noise, first index on ties: the
-    same token for the same key), without its slower variadic argmax."""
-    return first_argmax(jax.random.gumbel(key, logp.shape, logp.dtype) + logp)
-
-
 def draw(keys: jax.Array, step: jax.Array, logits: jax.Array, settings: SamplerSettings
          ) -> tuple[jax.Array, jax.Array]:
     """Draw one token per row. keys [B] (per-sample keys), step [] int, logits [B, V] ->
     (tokens [B] int32, their log-probs [B] float32 under the sampling distribution).
 
-    The [B, V] log-probs are never stored: the row's max and log-sum-exp
-    (:func:`~maxk_jax.sampling._filters.log_softmax_parts`) are two reductions over the logits,
-    the Gumbel-max argmax adds the noise to ``(scaled - max) - lse`` inside a third, and the drawn
-    token's log-prob is that same expression at one entry per row. Every value is the one of
-    ``sampling_logprobs`` (same operations), so tokens and log-probs equal a draw from its output."""
+    Gumbel-max over the filtered, scaled logits with the noise of ``fold_in(key, step)``; the [B, V]
+    log-probs are never stored (:func:`maxk_jax.sampling._draw.draw_tokens`: on CPU three reductions
+    whose values are those of ``sampling_logprobs``, so tokens and log-probs equal a draw from its
+    output; on GPU / TPU one reduction that reads the logits once, equal up to rounding)."""
     if settings.temperature == 0:
         logp = sampling_logprobs(logits, 0.0)
         tokens = jnp.argmax(logp, axis=-1).astype(jnp.int32)
         return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
     scaled = filtered_logits(logits, settings.temperature, settings.top_k, settings.top_p)
-    top, lse = log_softmax_parts(scaled)
     step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
-    tokens = jax.vmap(gumbel_max)(step_keys, (scaled - top) - lse).astype(jnp.int32)
-    picked = jnp.take_along_axis(scaled, tokens[:, None], axis=-1)
-    return tokens, ((picked - top) - lse)[:, 0]
+    gumbels = jax.vmap(lambda k: jax.random.gumbel(k, scaled.shape[1:], scaled.dtype))(step_keys)
+    return draw_tokens(gumbels, scaled)
 
 
 def record(state: _LoopState, tokens: jax.Array, logp: jax.Array, stop_ids: jax.Array,
