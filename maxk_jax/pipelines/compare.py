@@ -349,7 +349,7 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
     if cfg.data.dataset != "synthetic" or cfg.model.path:
         raise ValueError("compare_methods runs on the synthetic task from the tiny warmed-up model; "
                          "unset data.dataset / model.path")
-    methods = validate_methods(methods, cfg, method_table, reference)
+    methods = validate_methods(methods, cfg, method_table, reference, trained=not finished_only)
     if cfg.rl.eval.interval and large_k not in cfg.rl.eval_ks():
         raise ValueError(f"the curves need max@{large_k} from the periodic evaluation: rl.eval.ks "
                          f"{list(cfg.rl.eval_ks())} lacks it (rl.eval.sampler.n >= {2 * large_k})")

@@ -94,10 +94,12 @@ def apply_method(cfg: PipelineConfig, method: str, method_table: MethodTable) ->
 
 
 def validate_methods(methods: Sequence[str], cfg: PipelineConfig, method_table: MethodTable,
-                     reference: str = REFERENCE) -> list[str]:
+                     reference: str = REFERENCE, *, trained: bool = True) -> list[str]:
     """Known, distinct method names including `reference` (the row the Wilcoxon tests compare
     against; "base" = the base model, then one method is enough); each validated with the pipeline
-    config (`validate_config`). ValueError naming the bad list or method."""
+    config (`validate_config`) when `trained` (runs to train), else only its name and estimator
+    (aggregating finished runs: e.g. runs of a setting refused since they were made). ValueError
+    naming the bad list or method."""
     methods = list(methods)
     least = 1 if reference == "base" else 2
     if len(set(methods)) != len(methods) or len(methods) < least:
@@ -105,5 +107,8 @@ def validate_methods(methods: Sequence[str], cfg: PipelineConfig, method_table: 
     if reference != "base" and reference not in methods:
         raise ValueError(f"--methods must include {reference!r} (the reference of the Wilcoxon tests), got {methods}")
     for m in methods:
-        validate_config(apply_method(cfg, m, method_table))
+        if trained:
+            validate_config(apply_method(cfg, m, method_table))
+        else:
+            check_estimator(method_spec(m, method_table)[0])
     return methods

@@ -5,6 +5,7 @@ against the pipeline config."""
 import pytest
 
 from maxk_jax.pipelines import TABLE2_METHODS, apply_method, default_config, method_spec, rl_config, validate_methods
+from maxk_jax.fields import replace_fields
 from maxk_jax.rl.method import Method
 from tests.pipelines.fixtures import method_table
 
@@ -75,3 +76,18 @@ def test_the_method_table_is_the_callers():
 def test_method_validation(methods, match):
     with pytest.raises(ValueError, match=match):
         validate_methods(methods, default_config(), METHODS)
+
+
+def test_finished_runs_of_a_refused_setting_validate_by_name_only():
+    """Aggregating runs made before a setting was refused (the z-scored behaviour cells) checks the
+    names only; training them is refused, and an unknown name is refused either way."""
+    cfg = replace_fields(default_config(), {
+        "rl.rollout.max_staleness": 1, "rl.algo.stale_correction": "behaviour", "rl.algo.loss.kind": "is_weighted",
+        "rl.algo.estimator": "maxk_offpolicy_exact",
+        "rl.algo.estimator_options": (("baseline", "loo1"), ("scale", "loo_rms"))})
+    methods = ["maxk_offpolicy", "maxk_offpolicy_exact"]
+    assert validate_methods(methods, cfg, METHODS, "base", trained=False) == methods
+    with pytest.raises(ValueError, match="needs algo.loss.kind='is_weighted'"):
+        validate_methods(methods, cfg, METHODS, "base")
+    with pytest.raises(ValueError, match="estimator='nope' is unknown"):
+        validate_methods(["nope"], cfg, METHODS, "base", trained=False)
