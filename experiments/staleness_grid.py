@@ -34,8 +34,8 @@ from maxk_jax import cli, config_overrides, preflight
 from maxk_jax.cli import parse_seeds
 from maxk_jax.pipelines import from_config_dict, run_comparison, shortcut_overrides
 from maxk_jax.pipelines.methods import apply_method
-from maxk_jax.pipelines.staleness_grid import (cell_config, cell_has_runs, collect_rows, grid_cells, grid_markdown,
-                                               plot_grid)
+from maxk_jax.pipelines.staleness_grid import (cell_config, cell_has_runs, cell_row_keys, collect_rows, grid_cells,
+                                               grid_markdown, paired_tests, plot_grid)
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
 FLAGS = flags.FLAGS
@@ -60,6 +60,10 @@ def define_flags() -> None:
     flags.DEFINE_bool("aggregate_only", False, "Train nothing: re-aggregate each cell's evaluated (method, seed) runs "
                       "of --seeds (also runs started one by one, e.g. with compare_methods --name=<cell>) and build "
                       "the table and plot from them.")
+    flags.DEFINE_string("reference_row", "", "A row <method>/<correction>/s<s> (correction 'sync' at s = 0, e.g. "
+                        "maxk_offpolicy_exact_loo1_rms/behaviour/s1): add the paired Wilcoxon p of that row vs every "
+                        "row at max@1 and max@K to the table (every cell has the same problems, keys and base). "
+                        "Empty: no tests.")
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars.")
 
 
@@ -81,6 +85,9 @@ def main(argv: Sequence[str]) -> None:
             cell_config(cfg, cell)   # every cell's config is valid before any work
             for method in ([] if FLAGS.aggregate_only else cell.methods):   # and every run it would train
                 cell_config(apply_method(cfg, method, base_config.METHODS), cell)
+        if FLAGS.reference_row and FLAGS.reference_row not in cell_row_keys(cells):
+            raise ValueError(f"--reference_row={FLAGS.reference_row!r} is not a row of this grid; rows: "
+                             + ", ".join(cell_row_keys(cells)))
         preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")
         preflight.check_executor(cfg.executor)
     for cell in cells:
@@ -90,6 +97,9 @@ def main(argv: Sequence[str]) -> None:
         run_comparison(cell_config(cfg, cell), cell.methods, seeds, name=cell.name, method_table=base_config.METHODS,
                        reference="base", progress=FLAGS.progress, finished_only=FLAGS.aggregate_only)
     rows = collect_rows(cfg.runs_dir, cells)
+    if FLAGS.reference_row:
+        with cli.user_errors():
+            paired_tests(cfg.runs_dir, rows, FLAGS.reference_row)
     text = grid_markdown(rows)
     stem = os.path.join(cfg.runs_dir, f"{FLAGS.prefix}_grid")
     with open(f"{stem}.md", "w", encoding="utf-8") as f:

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from maxk_jax.pipelines.compare import training_stats
+from maxk_jax.pipelines.compare import aggregate, training_stats
 from maxk_jax.pipelines.config import PipelineConfig
 from maxk_jax.fields import replace_fields
 
@@ -182,8 +182,50 @@ def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
     return rows
 
 
+def row_key(row: dict[str, Any]) -> str:
+    """A grid row's name for `paired_tests`: ``<method>/<correction>/s<s>`` (correction ``sync`` at s = 0)."""
+    return f"{row['method']}/{row['correction']}/s{row['s']}"
+
+
+def cell_row_keys(cells: Sequence[Cell]) -> list[str]:
+    """The `row_key` of every (cell, method) row the cells can give."""
+    return [row_key({"method": m, "correction": "sync" if c.s == 0 else c.correction, "s": c.s})
+            for c in cells for m in c.methods]
+
+
+def paired_tests(runs_dir: str, rows: list[dict[str, Any]], reference: str) -> None:
+    """Add ``p_max1`` / ``p_maxK`` to every row, in place: the two-sided Wilcoxon signed-rank test of
+    the row `reference` (a `row_key`) against it, paired over problems (each problem's max@k averaged
+    over the row's seeds), across cells: every cell evaluates the same problems with the same sample
+    keys from the same base (``compare.aggregate``'s test). ValueError naming `reference` and the
+    row keys when it is not one of them."""
+    from maxk_jax.eval.report import read_report
+
+    keys = [row_key(r) for r in rows]
+    if reference not in keys:
+        raise ValueError(f"reference row {reference!r} is not in the grid; rows: {', '.join(keys)}")
+    runs = {}
+    for key, r in zip(keys, rows):
+        d = os.path.join(runs_dir, r["cell"], r["method"])
+        runs[key] = {int(s[4:]): read_report(os.path.join(d, s, "eval"))[0] for s in sorted(os.listdir(d))
+                     if s.startswith("seed") and os.path.isfile(os.path.join(d, s, "eval", "summary.json"))}
+    ref = rows[keys.index(reference)]
+    base = read_report(os.path.join(runs_dir, ref["cell"], "base"))[0]
+    tests = aggregate(base, runs, ref["large_k"], None, reference)["wilcoxon_vs_" + reference]
+    for key, r in zip(keys, rows):
+        got = tests.get(key, {}).get("max_at_k", {})
+        r["p_max1"] = got[1]["p_value"] if got else float("nan")
+        r["p_maxK"] = got[r["large_k"]]["p_value"] if got else float("nan")
+    for r in rows:
+        r["p_reference"] = reference
+
+
 def _fmt(v: float, digits: int = 3) -> str:
     return "–" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _p(v: float) -> str:
+    return "–" if not np.isfinite(v) else f"{v:.2g}"
 
 
 def _with_ci(r: dict[str, Any], key: str) -> str:
@@ -196,9 +238,11 @@ def grid_markdown(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return "(no finished cell)\n"
     k = rows[0]["large_k"]
+    ref = rows[0].get("p_reference")
     lines = [f"| method / correction | s | seeds | max@1 | max@{k} | pass@1 | pass@{k} | KL to ref | update norm "
              f"| |log π_old/μ| | clamped | ESS/n mean (min) | s/step | learner wait s/step | curve max@{k} at the end "
-             "| sync at equal time (its steps) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| sync at equal time (its steps) |" + (f" p max@1 / max@{k} vs {ref} |" if ref else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if ref else "")]
     for r in sorted(rows, key=lambda r: (r["label"].split()[0], r["s"], r["correction"])):
         steps = r.get("sync_steps_at_equal_time", float("nan"))
         lines.append(
@@ -210,11 +254,14 @@ def grid_markdown(rows: Sequence[dict[str, Any]]) -> str:
             f"({_fmt(r['ppo/stale_ess_fraction_min'], 2)}) | {_fmt(r.get('time/rl_step_s', float('nan')), 2)} | "
             f"{_fmt(r['time/wait_rollout_s'], 2)} | {_fmt(r.get('curveK_end', float('nan')))} | "
             f"{_fmt(r.get('sync_curveK_at_equal_time', float('nan')))}"
-            + (f" ({steps:.0f})" if np.isfinite(steps) else "") + " |")
+            + (f" ({steps:.0f})" if np.isfinite(steps) else "") + " |"
+            + (f" {_p(r['p_max1'])} / {_p(r['p_maxK'])} |" if ref else ""))
     lines.append(f"\nBase model: max@1 {_fmt(rows[0]['base_max1'])}, max@{k} {_fmt(rows[0]['base_maxK'])}. "
                  "[low, high]: 95 % bootstrap interval over problems and seeds (the cell's comparison). "
+                 + (f"p: two-sided Wilcoxon signed-rank of {ref} vs the row, paired over problems (seed-averaged; "
+                    "every cell has the same problems, sample keys and base). " if ref else "") +
                  "KL to ref: at the last RL step; update norm: the mean parameter-update norm per step. s/step: "
-                 "seconds per RL step without the in-loop evaluation. The last two columns read the "
+                 "seconds per RL step without the in-loop evaluation. The two curve columns read the "
                  f"in-loop max@{k} curves (the periodic evaluation's problems; the base model at step 0): this "
                  "run's last point, and the synchronous run of the same method after the RL steps it makes in "
                  "the time this run took (from the two s/step; linear between evaluation points).")

@@ -43,3 +43,9 @@ def test_a_grid_with_a_biased_behaviour_cell_is_refused_before_work(tmp_path):
     res = _run(tmp_path, "--baseline=zscore", "--staleness=0,1")
     assert res.returncode == 2 and "needs algo.loss.kind='is_weighted'" in res.stderr and not os.listdir(tmp_path), \
         res.stderr[-2000:]
+
+
+def test_an_unknown_reference_row_is_refused_before_work(tmp_path):
+    res = _run(tmp_path, "--staleness=0,1", "--reference_row=grpo/tis/s1")    # no GRPO in the default family
+    assert res.returncode == 2 and "--reference_row='grpo/tis/s1' is not a row" in res.stderr \
+        and not os.listdir(tmp_path), res.stderr[-2000:]

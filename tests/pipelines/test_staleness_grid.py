@@ -119,3 +119,32 @@ def test_a_partly_finished_cell_gives_the_rows_of_its_finished_methods(tmp_path)
     ev.mkdir(parents=True)
     (ev / "summary.json").write_text("{}")
     assert cell_has_runs(str(tmp_path), behaviour, [0, 1]) and not cell_has_runs(str(tmp_path), behaviour, [0])
+
+
+def test_paired_tests_across_cells_against_a_reference_row(tmp_path):
+    from maxk_jax.eval.report import write_report
+    from maxk_jax.pipelines.staleness_grid import cell_row_keys, paired_tests, row_key
+    from tests.pipelines.fixtures import eval_result
+
+    cells = grid_cells((0, 1))
+    _fake_cell(tmp_path, cells[0], {"maxk_offpolicy": 0.3, "maxk_offpolicy_exact": 0.31, "grpo": 0.35})
+    _fake_cell(tmp_path, cells[2], {"maxk_offpolicy": 0.28, "maxk_offpolicy_exact": 0.29})
+    rng = np.random.default_rng(0)
+    base = rng.choice([0.0, 0.5, 1.0], size=(24, 8))
+    better = np.minimum(base + 0.5, 1.0)
+    for cell in (cells[0], cells[2]):
+        write_report(eval_result(base), tmp_path / cell.name / "base", plot=False)
+        for m in cell.methods:
+            # the stale exact run is better on every problem; every other row equals the base
+            write_report(eval_result(better if (cell.s, m) == (1, "maxk_offpolicy_exact") else base),
+                         tmp_path / cell.name / m / "seed0" / "eval", plot=False)
+    rows = collect_rows(str(tmp_path), cells)
+    assert "maxk_offpolicy_exact/behaviour/s1" in cell_row_keys(cells)
+    with pytest.raises(ValueError, match="reference row 'nope' is not in the grid"):
+        paired_tests(str(tmp_path), rows, "nope")
+    paired_tests(str(tmp_path), rows, "maxk_offpolicy_exact/behaviour/s1")
+    by_key = {row_key(r): r for r in rows}
+    assert np.isnan(by_key["maxk_offpolicy_exact/behaviour/s1"]["p_max1"])          # the reference itself
+    assert by_key["maxk_offpolicy/sync/s0"]["p_max1"] < 0.01 and by_key["grpo/sync/s0"]["p_maxK"] < 0.01
+    text = grid_markdown(rows)
+    assert "p max@1 / max@4 vs maxk_offpolicy_exact/behaviour/s1 |" in text and "Wilcoxon" in text
