@@ -165,7 +165,8 @@ def collect_rows(runs_dir: str, cells: Sequence[Cell]) -> list[dict[str, Any]]:
             runs = [_run_means(os.path.join(runs_dir, cell.name, method, f"seed{s}", "rl")) for s in seeds]
             row = {"s": cell.s, "correction": "sync" if cell.s == 0 else cell.correction, "method": method,
                    "label": LABELS.get((method, cell.correction), f"{method} {cell.correction}") if cell.s else method,
-                   "large_k": res["large_k"], "seeds": len(seeds), "cell": cell.name,
+                   "large_k": res["large_k"], "seeds": len(seeds), "seed_ids": [int(s) for s in seeds],
+                   "cell": cell.name,
                    "base_max1": base["max_at_k"]["mean"]["1"], "base_maxK": base["max_at_k"]["mean"][large]}
             for metric, short in (("max_at_k", "max"), ("pass_at_k", "pass")):
                 row[f"{short}1"] = entry[metric]["mean"]["1"]
@@ -207,8 +208,7 @@ def paired_tests(runs_dir: str, rows: list[dict[str, Any]], reference: str) -> N
     runs = {}
     for key, r in zip(keys, rows):
         d = os.path.join(runs_dir, r["cell"], r["method"])
-        runs[key] = {int(s[4:]): read_report(os.path.join(d, s, "eval"))[0] for s in sorted(os.listdir(d))
-                     if s.startswith("seed") and os.path.isfile(os.path.join(d, s, "eval", "summary.json"))}
+        runs[key] = {s: read_report(os.path.join(d, f"seed{s}", "eval"))[0] for s in r["seed_ids"]}   # the row's seeds
     ref = rows[keys.index(reference)]
     base = read_report(os.path.join(runs_dir, ref["cell"], "base"))[0]
     tests = aggregate(base, runs, ref["large_k"], None, reference)["wilcoxon_vs_" + reference]
