@@ -19,19 +19,26 @@ them back (scores, max, exponentials, the weighted sums: about 2.8x the bytes of
   the probabilities enter the V products in the cache dtype (as ``attend_decode`` does).
 
 Off GPU the kernels run in Pallas' interpret mode (what the tests use on CPU); shapes the Triton
-kernels cannot tile (head dim or slot count below 16) fall back to ``attend_decode``. One device only
-(a sharded mesh is refused: XLA cannot split a custom call). Selected by
+kernels cannot tile (head dim or slot count below 16) fall back to ``attend_decode``. On a sharded
+mesh (XLA cannot partition a custom call) the kernels run per device under ``shard_map``: rows and
+their prompts split along the cache's batch axes (``data``, ``fsdp``), KV heads with their query
+heads along ``tensor`` when the KV-head count divides by it (else every tensor shard attends all
+heads of its rows: the cache is replicated there anyway). Selected by
 ``Qwen2Config.decode_attention = "pallas"``.
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from jax.sharding import PartitionSpec
+
+from maxk_jax import sharding as sh
 from maxk_jax.models.attention import context_platform
 from maxk_jax.models.kv_cache import attend_decode
 
@@ -134,18 +141,50 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
     (rows p*n .. p*n+n-1 share prompt p); cache_k/cache_v [B,K,S,D]; length [] int32 -> [B,H,D] in
     q's dtype. ``block_k`` slots per K/V block (a power of two >= 16); ``interpret`` None runs the
     kernels compiled on GPU and interpreted elsewhere. Shapes :func:`supported` rejects go to
-    :func:`attend_decode` (same result)."""
+    :func:`attend_decode` (same result). Under an ambient mesh of several devices the kernels run
+    per shard (:func:`shard_specs`)."""
+    b, h, d = q.shape
+    p, kv = prompt_k.shape[:2]
+    if b % p:
+        raise ValueError(f"attend_decode_pallas: {b} query rows are not a multiple of {p} prompts")
+    if h % kv:
+        raise ValueError(f"attend_decode_pallas: {h} query heads are not a multiple of {kv} KV heads")
+    if block_k < MIN_TILE or block_k & (block_k - 1):
+        raise ValueError(f"block_k={block_k} must be a power of two >= {MIN_TILE}")
+    args = (q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v, length)
+    local = functools.partial(_attend_local, block_k=block_k, interpret=interpret)
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return local(*args)
+    rows, heads = shard_specs(dict(mesh.shape), p, kv)
+    kv_spec = PartitionSpec(rows, heads, None, None)
+    in_specs = (PartitionSpec(rows, heads, None), PartitionSpec(rows, heads, None), PartitionSpec(rows, heads, None),
+                kv_spec, kv_spec, PartitionSpec(rows, None), kv_spec, kv_spec, PartitionSpec())
+    return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=PartitionSpec(rows, heads, None),
+                         check_vma=False)(*args)
+
+
+def shard_specs(mesh_shape: dict[str, int], prompts: int, kv_heads: int
+                ) -> tuple[str | tuple[str, ...] | None, str | None]:
+    """(row axes, head axis) the kernels split over on a mesh of ``mesh_shape`` (axis name -> size):
+    the cache's batch axes (``data``, ``fsdp``; innermost dropped until their product divides
+    ``prompts``, so every shard holds whole prompts and their rows) and ``tensor`` when it divides
+    ``kv_heads`` (else None: heads replicated)."""
+    rows = [a for a in sh.BATCH_AXES if mesh_shape.get(a, 1) > 1]
+    while rows and prompts % math.prod(mesh_shape[a] for a in rows):
+        rows.pop()
+    t = mesh_shape.get("tensor", 1)
+    heads = "tensor" if t > 1 and kv_heads % t == 0 else None
+    return (None if not rows else rows[0] if len(rows) == 1 else tuple(rows)), heads
+
+
+def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array, prompt_v: jax.Array,
+                  prompt_valid: jax.Array, cache_k: jax.Array, cache_v: jax.Array, length: jax.Array,
+                  block_k: int, interpret: bool | None) -> jax.Array:
+    """:func:`attend_decode_pallas` on one device (or one shard): the same arguments and result."""
     b, h, d = q.shape
     p, kv, tp, _ = prompt_k.shape
     s_own = cache_k.shape[2]
-    if b % p:
-        raise ValueError(f"attend_decode_pallas: {b} query rows are not a multiple of {p} prompts")
-    mesh = jax.sharding.get_abstract_mesh()
-    if not mesh.empty and mesh.size > 1:
-        raise ValueError(f"decode_attention='pallas' decodes on one device; the ambient mesh has {mesh.size} "
-                         "devices (use decode_attention='xla' on a sharded rollout mesh)")
-    if block_k < MIN_TILE or block_k & (block_k - 1):
-        raise ValueError(f"block_k={block_k} must be a power of two >= {MIN_TILE}")
     if not supported(q, prompt_k, cache_k):
         return attend_decode(q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v,
                              jnp.arange(s_own) < length)

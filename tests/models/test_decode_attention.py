@@ -61,10 +61,35 @@ def test_block_k_must_be_a_power_of_two():
         decode_attention.attend_decode_pallas(**x, length=jnp.int32(1), block_k=24)
 
 
-def test_sharded_mesh_is_refused():
-    x = _inputs(p=1, n=2, kv=1, g=2, d=16, tp=16, s=16, dtype=jnp.float32)
-    mesh = sh.make_mesh(2, 1, 1, devices=jax.devices()[:2])
-    with sh.activation_sharding(mesh), pytest.raises(ValueError, match="ambient mesh has 2 devices"):
+@pytest.mark.parametrize("mesh_shape,kv,want_specs", [
+    ((2, 1, 4), 4, ("data", "tensor")),      # rows over data, KV heads (and their query heads) over tensor
+    ((2, 2, 2), 1, (("data", "fsdp"), None)),  # one KV head: heads replicated over tensor
+    pytest.param((8, 1, 1), 2, (None, None), marks=pytest.mark.slow),   # 4 prompts on 8 shards: replicated
+])
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_sharded_mesh_runs_the_kernels_per_shard(mesh_shape, kv, want_specs):
+    x = _inputs(p=4, n=2, kv=kv, g=8 // kv, d=16, tp=40, s=37, dtype=jnp.float32, seed=2)
+    want = attend_decode(**x, valid=jnp.arange(37) < 9)
+    mesh = sh.make_mesh(*mesh_shape)
+    assert decode_attention.shard_specs(dict(mesh.shape), 4, kv) == want_specs
+    with sh.activation_sharding(mesh):
+        got = decode_attention.attend_decode_pallas(**x, length=jnp.int32(9), block_k=16)
+        text = decode_attention.attend_decode_pallas.lower(**x, length=jnp.int32(9), block_k=16).as_text()
+    assert "shard_map" in text or "sdy.manual_computation" in text
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+def test_shard_specs_keep_whole_prompts_per_shard():
+    # 6 prompts on data=4 x fsdp=2: neither 8 nor 4 divides 6 -> rows replicated; 2 KV heads on tensor=4 -> None
+    assert decode_attention.shard_specs({"data": 4, "fsdp": 2, "tensor": 1}, 6, 2) == (None, None)
+    assert decode_attention.shard_specs({"data": 2, "fsdp": 4, "tensor": 4}, 6, 2) == ("data", None)
+    assert decode_attention.shard_specs({"data": 1, "fsdp": 4, "tensor": 2}, 8, 2) == ("fsdp", "tensor")
+
+
+def test_heads_must_group_over_kv_heads():
+    x = _inputs(p=1, n=2, kv=2, g=2, d=16, tp=16, s=16, dtype=jnp.float32)
+    x["q"] = x["q"][:, :3]
+    with pytest.raises(ValueError, match="3 query heads are not a multiple of 2 KV heads"):
         decode_attention.attend_decode_pallas(**x, length=jnp.int32(1))
 
 
@@ -105,3 +130,30 @@ def test_compiles_for_a_deviceless_h100_as_triton_kernels():
     with sh.activation_sharding(mesh):
         text = jax.jit(lambda a: decode_attention.attend_decode_pallas(**a)).lower(args).compile().as_text()
     assert text.count('custom_call_target="__gpu$xla.gpu.triton"') == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_generate_with_pallas_on_a_tensor_parallel_mesh_equals_xla_on_one_device(monkeypatch):
+    from maxk_jax import sampling
+    tiled = []   # the per-shard shapes the kernels ran at (traced inside shard_map)
+    local = decode_attention._attend_local
+
+    def spy(q, k_new, v_new, prompt_k, *rest, **kw):
+        tiled.append((q.shape, prompt_k.shape, decode_attention.supported(q, prompt_k, rest[2])))
+        return local(q, k_new, v_new, prompt_k, *rest, **kw)
+
+    monkeypatch.setattr(decode_attention, "_attend_local", spy)
+    config = qwen2.Qwen2Config(vocab_size=61, hidden_size=64, intermediate_size=64, num_layers=2, num_heads=4,
+                               num_kv_heads=2, max_position_embeddings=256, rope_theta=10000.0)
+    params = qwen2.init_params(config, jax.random.key(5))
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(3, 61, size=m).tolist() for m in (9, 16, 4, 12)]
+    kw = dict(n=2, max_new_tokens=20, key=jax.random.key(8), temperature=1.0)
+    want = sampling.generate(config, params, prompts, **kw)
+    mesh = sh.make_mesh(data=2, fsdp=1, tensor=2, devices=jax.devices()[:4])
+    got = sampling.generate(config.replace(decode_attention="pallas"), params, prompts, mesh=mesh, **kw)
+    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(want.tokens))
+    np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(want.logprobs), atol=2e-5)
+    # 4 prompts x 2 rows over data=2, 2 KV heads (4 query heads) over tensor=2, on the kernels' tiles
+    assert tiled and all(t == ((4, 2, 16), (2, 1, 16, 16), True) for t in tiled), tiled
