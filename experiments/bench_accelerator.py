@@ -35,8 +35,8 @@ this run on ``jax.devices()[0]``:
 Order: the torch baselines first (their memory is handed back), then the ceilings, the train step
 and the decode; ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set (JAX and torch share the GPU).
 Writes ``bench_accelerator.{json,md,png}`` to ``--results_dir`` and prints the markdown table.
-Needs the project's dependencies (ml_collections included: it is pure Python, ``pip install
-ml_collections`` on a GPU image that lacks it) and, for the baselines, torch + transformers.
+Needs jax, flax, optax, chex, numpy and absl-py (not ``datasets`` or ``ml_collections``: GPU images
+that lack them run it from a checkout) and, for the baselines, torch + transformers.
 """
 from __future__ import annotations
 
@@ -327,7 +327,7 @@ def main(argv: list[str]) -> None:
     import jax
 
     from maxk_jax.models import qwen2
-    from maxk_jax.pipelines.phases import cpu_model
+    from maxk_jax.machine import cpu_model
 
     t_start = time.perf_counter()
     smoke = FLAGS.smoke

@@ -43,14 +43,15 @@ import re
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from maxk_jax.data.problem import (FunctionCase, FunctionTests, Limits, Problem, StdioCase, StdioTests,
                                    Tests, check_json_value)
 from maxk_jax.data.report import LoadReport
-from maxk_jax.data.sources import progress, read_rows
+from maxk_jax.data.sources import hf_datasets, progress, read_rows
+
+if TYPE_CHECKING:
+    import datasets
 
 HUB_NAME = "livecodebench/code_generation_lite"
 DEFAULT_VERSION = "release_v6"
@@ -291,7 +292,7 @@ def _official_hub_rows(version: str) -> datasets.Dataset:
     # ("Dataset scripts are no longer supported"), so its raw jsonl files are read directly.
     files = hub_data_files(version)
     try:
-        return datasets.load_dataset("json", data_files=files, split="train")
+        return hf_datasets().load_dataset("json", data_files=files, split="train")
     except Exception as e:  # network/cache failures: re-raise with the offline hint
         raise RuntimeError(f"could not read {files} from the hub: {e}. Offline? Download the test*.jsonl files "
                            f"of {HUB_NAME} and pass their directory as path.") from e

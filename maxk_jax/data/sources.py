@@ -22,16 +22,29 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import tqdm
+
+if TYPE_CHECKING:   # imported when rows are read: the model, sampler and benchmarks run without it
+    import datasets
 
 _BUILDER_BY_SUFFIX = {
     ".parquet": "parquet",
     ".jsonl": "json", ".json": "json", ".jsonl.gz": "json", ".json.gz": "json",
     ".arrow": "arrow",
 }
+
+
+def hf_datasets() -> Any:
+    """The ``datasets`` module, imported on first use (reading upstream rows needs it; the model,
+    the sampler and the benchmarks do not). ImportError saying what to install when it is missing."""
+    try:
+        import datasets as module
+    except ImportError as e:
+        raise ImportError("reading dataset rows needs the `datasets` package (pip install datasets, or "
+                          "pip install -e . for the tested version)") from e
+    return module
 
 
 def _suffix(path: Path) -> str | None:
@@ -71,8 +84,9 @@ def _load_files(files: Sequence[Path], columns: Sequence[str] | None) -> dataset
     kwargs: dict[str, Any] = {}
     if columns is not None and builder == "parquet":
         kwargs["columns"] = list(columns)
+    hub = hf_datasets()
     try:
-        return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", **kwargs)
+        return hub.load_dataset(builder, data_files=[str(f) for f in files], split="train", **kwargs)
     except Exception as e:  # datasets/pyarrow/pandas messages name neither the file nor the line
         if builder == "json":
             for f in files:
@@ -161,7 +175,7 @@ def read_rows(source: str | os.PathLike, *, split: str, config: str | None = Non
         if looks_local(source):
             raise FileNotFoundError(f"dataset path {source!r} does not exist (no such file or directory)")
         try:
-            return datasets.load_dataset(source, config, split=split)
+            return hf_datasets().load_dataset(source, config, split=split)
         except Exception as e:  # network/cache failures: re-raise with the offline hint
             raise RuntimeError(f"{source!r} is not a local file or directory, and loading it as a hub dataset "
                                f"(config={config!r}, split={split!r}) failed: {e}. Offline? Pass a local path "
@@ -172,12 +186,12 @@ def read_rows(source: str | os.PathLike, *, split: str, config: str | None = Non
             raise ValueError(f"unsupported data file {source!r}: expected one of {sorted(_BUILDER_BY_SUFFIX)}")
         return _load_files([path], columns)
     if (path / "dataset_dict.json").exists():
-        dd = datasets.load_from_disk(source)
+        dd = hf_datasets().load_from_disk(source)
         if split not in dd:
             raise ValueError(f"split {split!r} not in saved DatasetDict {source!r}; available: {sorted(dd)}")
         return dd[split]
     if (path / "state.json").exists():
-        return datasets.load_from_disk(source)
+        return hf_datasets().load_from_disk(source)
     files = split_files(path, split)
     if select_files is not None:
         files = select_files(files)

@@ -1,6 +1,7 @@
 """Running a pipeline's phases: wall / CPU seconds per phase (`PhaseTimer`), process 0 first on
 multi-host runs (`lead_first`), the JSON records the phases write (`write_json`), and the host CPU
-they ran on (`cpu_model`: the warm-up base and timings are reproducible per CPU model only)."""
+they ran on (`cpu_model`, from `maxk_jax.machine`: the warm-up base and timings are reproducible per CPU
+model only)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,8 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 from absl import logging
+
+from maxk_jax.machine import cpu_model  # noqa: F401  (re-exported: the phases' records name the CPU)
 
 T = TypeVar("T")
 
@@ -53,21 +56,6 @@ def lead_first(fn: Callable[[], T], name: str) -> T:
     out = fn() if jax.process_index() == 0 else None
     multihost_utils.sync_global_devices(name)
     return out if jax.process_index() == 0 else fn()
-
-
-def cpu_model() -> str:
-    """The host CPU's model name (``/proc/cpuinfo``'s first "model name", else `platform.processor()`
-    or the machine type), e.g. "AMD EPYC" or "Intel(R) Xeon(R) Processor"."""
-    import platform
-
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def _json_default(obj: Any) -> Any:

@@ -84,3 +84,22 @@ def test_missing_path_under_an_existing_directory_is_local(tmp_path, monkeypatch
     (tmp_path / "data").mkdir()
     with pytest.raises(FileNotFoundError, match="'data/mbpp' does not exist"):
         read_rows("data/mbpp", split="test")
+
+
+def test_datasets_is_imported_only_when_rows_are_read(tmp_path):
+    # a GPU image without `datasets` runs the model, the sampler, the pipelines and the benchmarks;
+    # reading rows then says what to install
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['datasets'] = None\n"
+            "import maxk_jax.pipelines, maxk_jax.data, maxk_jax.sampling, experiments.bench_accelerator\n"
+            "from maxk_jax.data import sources\n"
+            "try:\n"
+            f"    sources.read_rows({str(tmp_path / 'rows.jsonl')!r}, split='train')\n"
+            "except ImportError as e:\n"
+            "    print('ImportError:', e)\n")
+    (tmp_path / "rows.jsonl").write_text('{"a": 1}\n')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "needs the `datasets` package" in out.stdout

@@ -31,17 +31,3 @@ def test_write_json_numpy_scalars_and_clear_errors(tmp_path):
     with pytest.raises(TypeError, match="set is not JSON serialisable"):
         write_json(str(tmp_path / "bad.json"), {"a": {1}})
 
-
-def test_cpu_model_reads_the_model_name_and_falls_back_to_platform(monkeypatch):
-    import platform
-
-    from maxk_jax.pipelines import phases
-
-    name = phases.cpu_model()
-    assert name and name == name.strip() and not name.startswith(":") and "model name" not in name
-
-    def unreadable(*args, **kwargs):
-        raise OSError("no /proc/cpuinfo")
-
-    monkeypatch.setattr(phases, "open", unreadable, raising=False)
-    assert phases.cpu_model() == (platform.processor() or platform.machine() or "unknown")
