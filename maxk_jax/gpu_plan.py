@@ -261,17 +261,20 @@ def plugin_available() -> bool:
 
 
 @functools.cache
-def target_mesh(target: str = "h100") -> jax.sharding.Mesh:
-    """A one-device mesh with the project's axes over a deviceless ``target`` GPU (no GPU needed).
-    RuntimeError naming the missing plugin when the CUDA plugin is not installed."""
+def target_mesh(target: str = "h100", tensor: int = 1) -> jax.sharding.Mesh:
+    """A mesh with the project's axes over deviceless ``target`` GPUs (no GPU needed): one device,
+    or ``tensor`` devices of one host along the ``tensor`` axis. RuntimeError naming the missing
+    plugin when the CUDA plugin is not installed; ValueError for ``tensor`` < 1."""
     from jax.experimental import topologies
+    if isinstance(tensor, bool) or not isinstance(tensor, int) or tensor < 1:
+        raise ValueError(f"tensor={tensor!r} must be an int >= 1")
     text, _ = target_config(target)
     if not plugin_available():
         raise RuntimeError(PLUGIN_HINT)
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
-    topo = topologies.get_topology_desc(platform="cuda", target_config=text, topology="1x1x1")
-    devices = list(topo.devices)[:1]
-    return sh.make_mesh(1, 1, 1, devices=devices)
+    topo = topologies.get_topology_desc(platform="cuda", target_config=text, topology=f"1x{tensor}x1")
+    devices = list(topo.devices)[:tensor]
+    return sh.make_mesh(1, 1, tensor, devices=devices)
 
 
 def ideal_bytes(config: qwen2.Qwen2Config, prompts: int, n: int, prompt_len: int, new_tokens: int

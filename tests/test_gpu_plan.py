@@ -156,3 +156,9 @@ def test_h100_plan_with_the_pallas_decode_attention_and_xla_options():
     assert r["decode_attention"] == "pallas" and r["compiler_options"] == options
     assert r["est_live_over_ideal"] < r["est_over_ideal"]
     assert any("XLA options: xla_gpu_experimental_force_split_k=1" in line for line in gpu_plan.report_lines(r))
+
+
+def test_target_mesh_refuses_a_bad_tensor_size_before_looking_for_the_plugin():
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=f"tensor={bad!r}"):
+            gpu_plan.target_mesh("h100", tensor=bad)

@@ -157,3 +157,20 @@ def test_generate_with_pallas_on_a_tensor_parallel_mesh_equals_xla_on_one_device
     np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(want.logprobs), atol=2e-5)
     # 4 prompts x 2 rows over data=2, 2 KV heads (4 query heads) over tensor=2, on the kernels' tiles
     assert tiled and all(t == ((4, 2, 16), (2, 1, 16, 16), True) for t in tiled), tiled
+
+
+@pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
+def test_compiles_for_two_deviceless_h100s_per_device_without_collectives():
+    # tensor parallel: the 2 KV heads (and their 12 query heads) split over 2 GPUs, each running both
+    # Triton kernels on its own cache shard: nothing gathered or reduced
+    mesh = gpu_plan.target_mesh("h100", tensor=2)
+    shapes = jax.eval_shape(lambda: _inputs(p=16, n=8, kv=2, g=6, d=128, tp=512, s=255, dtype=jnp.bfloat16))
+    spec = {"prompt_valid": jax.sharding.PartitionSpec()}
+    args = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=jax.sharding.NamedSharding(
+        mesh, spec.get(k, jax.sharding.PartitionSpec(None, "tensor")))) for k, v in shapes.items()}
+    args["length"] = jax.ShapeDtypeStruct((), jnp.int32, sharding=jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec()))
+    with sh.activation_sharding(mesh):
+        text = jax.jit(lambda a: decode_attention.attend_decode_pallas(**a)).lower(args).compile().as_text()
+    assert text.count('custom_call_target="__gpu$xla.gpu.triton"') == 2
+    assert not any(op in text for op in ("all-gather", "all-reduce", "all-to-all", "collective-permute"))
