@@ -151,6 +151,9 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
         raise ValueError(f"attend_decode_pallas: {h} query heads are not a multiple of {kv} KV heads")
     if block_k < MIN_TILE or block_k & (block_k - 1):
         raise ValueError(f"block_k={block_k} must be a power of two >= {MIN_TILE}")
+    if interpret is None and context_platform() == "tpu":
+        raise ValueError("decode_attention='pallas' is Triton (GPU) kernels, which a TPU would only interpret "
+                         "(slowly): use decode_attention='xla' on TPU")
     args = (q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v, length)
     local = functools.partial(_attend_local, block_k=block_k, interpret=interpret)
     mesh = jax.sharding.get_abstract_mesh()

@@ -63,7 +63,7 @@ def test_block_k_must_be_a_power_of_two():
 
 @pytest.mark.parametrize("mesh_shape,kv,want_specs", [
     ((2, 1, 4), 4, ("data", "tensor")),      # rows over data, KV heads (and their query heads) over tensor
-    ((2, 2, 2), 1, (("data", "fsdp"), None)),  # one KV head: heads replicated over tensor
+    pytest.param((2, 2, 2), 1, (("data", "fsdp"), None), marks=pytest.mark.slow),  # one KV head: replicated over tensor
     pytest.param((8, 1, 1), 2, (None, None), marks=pytest.mark.slow),   # 4 prompts on 8 shards: replicated
 ])
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
@@ -84,6 +84,13 @@ def test_shard_specs_keep_whole_prompts_per_shard():
     assert decode_attention.shard_specs({"data": 4, "fsdp": 2, "tensor": 1}, 6, 2) == (None, None)
     assert decode_attention.shard_specs({"data": 2, "fsdp": 4, "tensor": 4}, 6, 2) == ("data", None)
     assert decode_attention.shard_specs({"data": 1, "fsdp": 4, "tensor": 2}, 8, 2) == ("fsdp", "tensor")
+
+
+def test_tpu_is_refused_rather_than_interpreted(monkeypatch):
+    monkeypatch.setattr(decode_attention, "context_platform", lambda: "tpu")
+    x = _inputs(p=1, n=3, kv=1, g=2, d=16, tp=16, s=17, dtype=jnp.float32)   # shapes no other test traces
+    with pytest.raises(ValueError, match="use decode_attention='xla' on TPU"):
+        decode_attention.attend_decode_pallas(**x, length=jnp.int32(1))
 
 
 def test_heads_must_group_over_kv_heads():
