@@ -291,8 +291,9 @@ def _official_hub_rows(version: str) -> datasets.Dataset:
     # The official repo still ships a loading script, which datasets>=4 refuses to run
     # ("Dataset scripts are no longer supported"), so its raw jsonl files are read directly.
     files = hub_data_files(version)
+    hub = hf_datasets()   # a missing package says so, not "offline?"
     try:
-        return hf_datasets().load_dataset("json", data_files=files, split="train")
+        return hub.load_dataset("json", data_files=files, split="train")
     except Exception as e:  # network/cache failures: re-raise with the offline hint
         raise RuntimeError(f"could not read {files} from the hub: {e}. Offline? Download the test*.jsonl files "
                            f"of {HUB_NAME} and pass their directory as path.") from e
