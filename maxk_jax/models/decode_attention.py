@@ -35,7 +35,6 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
-
 from jax.sharding import PartitionSpec
 
 from maxk_jax import sharding as sh
@@ -160,11 +159,10 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
     if mesh.empty or mesh.size == 1:
         return local(*args)
     rows, heads = shard_specs(dict(mesh.shape), p, kv)
-    kv_spec = PartitionSpec(rows, heads, None, None)
-    in_specs = (PartitionSpec(rows, heads, None), PartitionSpec(rows, heads, None), PartitionSpec(rows, heads, None),
-                kv_spec, kv_spec, PartitionSpec(rows, None), kv_spec, kv_spec, PartitionSpec())
-    return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=PartitionSpec(rows, heads, None),
-                         check_vma=False)(*args)
+    row_spec, kv_spec = PartitionSpec(rows, heads, None), PartitionSpec(rows, heads, None, None)
+    in_specs = (row_spec, row_spec, row_spec, kv_spec, kv_spec, PartitionSpec(rows, None), kv_spec, kv_spec,
+                PartitionSpec())
+    return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=row_spec, check_vma=False)(*args)
 
 
 def shard_specs(mesh_shape: dict[str, int], prompts: int, kv_heads: int
