@@ -32,9 +32,15 @@ this run on ``jax.devices()[0]``:
   params, bf16 autocast, gradient checkpointing, sdpa, ``logits_to_keep``, Adam, the same batch
   and micro-batches.
 
+* ``--profile_dir`` (optional, after the decode): a ``jax.profiler`` trace of a short ``generate``
+  of the first case per decode attention, and its per-step kernel breakdown
+  (``maxk_jax.trace_summary``: kernels per step, busy time, the largest kernel classes) in the JSON.
+
 Order: the torch baselines first (their memory is handed back), then the ceilings, the train step
 and the decode; ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set (JAX and torch share the GPU).
-Writes ``bench_accelerator.{json,md,png}`` to ``--results_dir`` and prints the markdown table.
+Writes ``bench_accelerator.{json,md}`` to ``--results_dir`` after every part and decode case (a run
+cut short keeps what it measured), the PNG at the end, and prints the markdown table;
+``--time_budget_s`` starts nothing new once spent and lists what it skipped.
 Needs jax, flax, optax, chex, numpy and absl-py (not ``datasets`` or ``ml_collections``: GPU images
 that lack them run it from a checkout) and, for the baselines, torch + transformers.
 """
@@ -72,6 +78,13 @@ def define_flags() -> None:
     flags.DEFINE_integer("matmul_size", 8192, "Side of the bf16 matmul of the FLOP/s ceiling.")
     flags.DEFINE_integer("seed", 0, "Seed of the random weights and batches.")
     flags.DEFINE_string("results_dir", "runs/bench_accelerator", "Directory for bench_accelerator.{json,md,png}.")
+    flags.DEFINE_float("time_budget_s", 0.0, "Seconds after which no further part or decode case starts (those left "
+                       "are listed as skipped in the JSON and the table); 0: no budget. For a machine lent by the "
+                       "minute: results are written after every part and decode case either way.")
+    flags.DEFINE_string("profile_dir", "", "If set, after the decode part: one jax.profiler trace (perfetto "
+                        "JSON) per --decode_attention of a --profile_tokens-token generate of the first preset's "
+                        "first case, written under this directory.")
+    flags.DEFINE_integer("profile_tokens", 64, "New tokens of each profiled generate (--profile_dir).")
 
 
 TRAIN_PRESET = "qwen2.5-coder-1.5b"
@@ -263,6 +276,7 @@ def markdown(res: dict[str, Any]) -> str:
                "the matmul ceiling") if c else f"{tr['model_tflops']:.2f} TFLOP/s"
         lines.append(f"| {res['train_preset']} RL train step, maxk_offpolicy, {res['train_shape']}, "
                      f"attention={tr['attention']} | {tr['tokens_per_s']:,.0f} tok/s{ratio}{peak} | {base} | {mfu} |")
+    lines += [""] + [f"Skipped: {s}" for s in res["skipped"]] if res.get("skipped") else []
     return "\n".join(lines) + "\n"
 
 
@@ -305,6 +319,9 @@ def _check_flags() -> list[tuple[int, int, int, int]]:
     for a in FLAGS.train_attention:
         if a not in ("auto", "xla", "chunked", "dot_product"):
             raise ValueError(f"--train_attention: {a!r} is not auto, xla, chunked or dot_product")
+    if FLAGS.time_budget_s < 0 or FLAGS.profile_tokens < 2:
+        raise ValueError(f"--time_budget_s={FLAGS.time_budget_s} must be >= 0 and --profile_tokens="
+                         f"{FLAGS.profile_tokens} >= 2")
     if FLAGS.repeats < 1 or FLAGS.bandwidth_mib < 1 or FLAGS.matmul_size < 1:
         raise ValueError(f"--repeats={FLAGS.repeats}, --bandwidth_mib={FLAGS.bandwidth_mib} and "
                          f"--matmul_size={FLAGS.matmul_size} must be >= 1")
@@ -346,6 +363,18 @@ def main(argv: list[str]) -> None:
         res["versions"].update(torch=torch.__version__, transformers=transformers.__version__)
     torch_ok = has_torch and (smoke or __import__("torch").cuda.is_available())
 
+    out = pathlib.Path(FLAGS.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def over_budget(what: str) -> bool:
+        """True (and ``what`` listed in res["skipped"]) when --time_budget_s is spent."""
+        spent = time.perf_counter() - t_start
+        if not FLAGS.time_budget_s or spent < FLAGS.time_budget_s:
+            return False
+        res.setdefault("skipped", []).append(f"{what}: time budget {FLAGS.time_budget_s:.0f} s spent ({spent:.0f} s)")
+        print(f"{what}: skipped (time budget {FLAGS.time_budget_s:.0f} s spent)", flush=True)
+        return True
+
     def part(name: str, fn: Callable[[], Any]) -> None:
         if name not in FLAGS.parts:
             return
@@ -353,10 +382,13 @@ def main(argv: list[str]) -> None:
             res[name + "_skipped"] = "torch/transformers not importable" if not has_torch else "no CUDA device"
             print(f"{name}: skipped ({res[name + '_skipped']})")
             return
+        if over_budget(name):
+            return
         t0 = time.perf_counter()
         res[name] = fn()
         res["parts_s"][name] = time.perf_counter() - t0
         print(f"{name}: done in {res['parts_s'][name]:.1f} s", flush=True)
+        write(res, out)
 
     # order: the torch baselines first (their memory goes back to the driver after them), then JAX's
     # parts: the train step before the decode, as JAX's peak-memory counter never resets
@@ -382,27 +414,85 @@ def main(argv: list[str]) -> None:
             params = jax.jit(qwen2.init_params, static_argnums=0)(config, jax.random.key(FLAGS.seed))
             for case in cases:
                 for attention in FLAGS.decode_attention:
+                    if over_budget(f"decode {name} {case_text(case)} {attention}"):
+                        continue
                     row = decode_case(config.replace(decode_attention=attention), params, case, FLAGS.repeats,
                                       bandwidth or float("nan"), FLAGS.seed)
                     if bandwidth is None:
                         row = {k: v for k, v in row.items() if not k.startswith("roofline") and k != "frac_of_roofline"}
                     rows.append({"preset": name, "decode_attention": attention, **row})
-                    print(f"  {name} {case} {attention}: {row['tok_per_s']:,.0f} tok/s, {row['ms_per_step']:.2f} "
-                          "ms/step", flush=True)
+                    print(f"  {name} {case_text(case)} {attention}: {row['tok_per_s']:,.0f} tok/s, "
+                          f"{row['ms_per_step']:.2f} ms/step (first call {row['first_call_s']:.1f} s)", flush=True)
+                    write({**res, "decode": rows}, out)
             del params
         return rows
 
     part("decode", decode_all)
+    if FLAGS.profile_dir and not over_budget("profile"):
+        name, config = first_name, first_config.replace(dtype="bfloat16", param_dtype="bfloat16")
+        res["profiles"] = profile_decode(config, cases[0], FLAGS.decode_attention, FLAGS.profile_tokens,
+                                         pathlib.Path(FLAGS.profile_dir), FLAGS.seed)
+        res["profiles"] = [{"preset": name, **r} for r in res["profiles"]]
     res["total_s"] = time.perf_counter() - t_start
+    table = write(res, out, png=True)
+    print(table)
+    print(f"total {res['total_s']:.0f} s; wrote {out}/bench_accelerator.{{json,md,png}}")
 
-    out = pathlib.Path(FLAGS.results_dir)
-    out.mkdir(parents=True, exist_ok=True)
+
+def case_text(case: tuple[int, int, int, int]) -> str:
+    """``(16, 8, 512, 256)`` -> ``"16x8:512/256"`` (the --cases syntax)."""
+    p, n, tp, t = case
+    return f"{p}x{n}:{tp}/{t}"
+
+
+def write(res: dict[str, Any], out: pathlib.Path, png: bool = False) -> str:
+    """Write the results so far (``bench_accelerator.json`` and ``.md``; the PNG when ``png``, if
+    matplotlib is importable); return the markdown table."""
+    import importlib.util
+
     table = markdown(res)
     (out / "bench_accelerator.json").write_text(json.dumps(res, indent=1))
     (out / "bench_accelerator.md").write_text(table)
-    plot(res, out / "bench_accelerator.png")
-    print(table)
-    print(f"total {res['total_s']:.0f} s; wrote {out}/bench_accelerator.{{json,md,png}}")
+    if png:
+        if importlib.util.find_spec("matplotlib") is None:
+            print("bench_accelerator.png: not drawn (matplotlib is not installed); the JSON and the table hold "
+                  "every figure")
+        else:
+            plot(res, out / "bench_accelerator.png")
+    return table
+
+
+def profile_decode(config: Any, case: tuple[int, int, int, int], attentions: list[str], tokens: int,
+                   directory: pathlib.Path, seed: int) -> list[dict[str, Any]]:
+    """One ``jax.profiler`` trace (perfetto JSON under ``directory/<attention>``) of a ``tokens``-token
+    ``generate`` of ``case`` per decode attention, after a compiling call; returns where each went."""
+    import jax
+
+    from maxk_jax import sampling, trace_summary
+    from maxk_jax.models import qwen2
+
+    p, n, tp, _ = case
+    params = jax.jit(qwen2.init_params, static_argnums=0)(config, jax.random.key(seed))
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(4, config.vocab_size, size=tp).tolist() for _ in range(p)]
+    rows = []
+    for attention in attentions:
+        cfg = config.replace(decode_attention=attention)
+        gen = lambda: jax.block_until_ready(sampling.generate(  # noqa: E731
+            cfg, params, prompts, n=n, max_new_tokens=tokens, key=jax.random.key(1)).tokens)
+        gen()
+        where = directory / attention
+        with jax.profiler.trace(str(where), create_perfetto_trace=True):
+            gen()
+        perfetto = sorted(where.rglob("perfetto_trace.json.gz"))
+        if not perfetto:
+            raise RuntimeError(f"jax.profiler wrote no perfetto_trace.json.gz under {where}")
+        summary = trace_summary.kernel_breakdown(trace_summary.load_events(perfetto[-1]), "jit_decode_loop",
+                                                 tokens - 1)
+        rows.append({"decode_attention": attention, "case": case_text(case), "new_tokens": tokens,
+                     "trace": str(perfetto[-1].relative_to(directory)), "breakdown": summary})
+        print(f"profile {attention} ({perfetto[-1]}):", *trace_summary.breakdown_lines(summary), sep="\n  ", flush=True)
+    return rows
 
 
 if __name__ == "__main__":

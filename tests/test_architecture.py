@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # A unit may import only units of the same or an earlier stage.
 STAGE = {
     "sharding": 0, "multihost": 0, "checkpoint": 0, "config_overrides": 0, "cli": 0, "models": 0, "data": 0,
-    "preflight": 0, "fields": 0, "simulated_devices": 0, "machine": 0,
+    "preflight": 0, "fields": 0, "simulated_devices": 0, "machine": 0, "trace_summary": 0,
     "sampling": 1,
     "execution": 2,
     "judging": 3,

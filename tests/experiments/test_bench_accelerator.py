@@ -44,7 +44,7 @@ def _run(tmp_path, *args, timeout=900, missing=()):
 def test_smoke_ceilings_and_decode(tmp_path):
     # without datasets and ml_collections, which the GPU images lack: the benchmark needs neither
     out = _run(tmp_path, "--parts=ceilings,decode", "--cases=1x2:16/4", "--repeats=1",
-               missing=("datasets", "ml_collections"))
+               f"--profile_dir={tmp_path / 'profile'}", "--profile_tokens=4", missing=("datasets", "ml_collections"))
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads((tmp_path / "bench_accelerator.json").read_text())
     (d,) = res["decode"]
@@ -56,11 +56,28 @@ def test_smoke_ceilings_and_decode(tmp_path):
     table = (tmp_path / "bench_accelerator.md").read_text()
     assert "| tiny decode, 1 x n = 2, 16 / 4 |" in table and table in out.stdout
     assert (tmp_path / "bench_accelerator.png").stat().st_size > 0
+    (prof,) = res["profiles"]                   # the decode loop's kernels per step, from the written trace
+    assert (tmp_path / "profile" / prof["trace"]).is_file() and prof["new_tokens"] == 4
+    assert prof["breakdown"]["module"] == "jit_decode_loop" and prof["breakdown"]["steps"] == 3
+    assert prof["breakdown"]["events_per_step"] > 0 and prof["breakdown"]["top_classes"]
+    assert "profile xla" in out.stdout and "kernels per step" in out.stdout
+
+
+def test_a_spent_time_budget_skips_what_is_left_and_says_so(tmp_path):
+    out = _run(tmp_path, "--parts=ceilings,decode", "--cases=1x2:16/4", "--time_budget_s=1e-9",
+               f"--profile_dir={tmp_path / 'profile'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads((tmp_path / "bench_accelerator.json").read_text())
+    assert "ceilings" not in res and "decode" not in res and "profiles" not in res
+    assert [s.split(":")[0] for s in res["skipped"]] == ["ceilings", "decode", "profile"]
+    assert "Skipped: ceilings: time budget" in (tmp_path / "bench_accelerator.md").read_text()
 
 
 def test_bad_flags_fail_in_one_line(tmp_path):
     out = _run(tmp_path, "--parts=decode,nope")
     assert out.returncode == 2 and "'nope'" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    out = _run(tmp_path, "--time_budget_s=-1")
+    assert out.returncode == 2 and "--time_budget_s=-1" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
