@@ -46,7 +46,6 @@ that lack them run it from a checkout) and, for the baselines, torch + transform
 """
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import time
@@ -56,6 +55,7 @@ import numpy as np
 from absl import app, flags
 
 from experiments import bench_torch
+from experiments.bench_accelerator_report import write
 from experiments.bench_torch import median_time as _median_time
 
 FLAGS = flags.FLAGS
@@ -244,71 +244,6 @@ def _smoke_config() -> Any:
                              num_kv_heads=2, max_position_embeddings=512, rope_theta=10000.0, pad_token_id=0)
 
 
-def markdown(res: dict[str, Any]) -> str:
-    """The issue's table: decode (tok/s, ms/step, baseline, roofline), train (vs the PyTorch step)."""
-    dev = res["device"]
-    lines = [f"Device: {dev['kind']} ({dev['platform']}), jax {res['versions']['jax']}; host {res['cpu']}.", ""]
-    c = res.get("ceilings")
-    if c:
-        lines += [f"Ceilings measured in this run: {c['hbm_bytes_per_s'] / 1e12:.2f} TB/s read+write (elementwise), "
-                  f"{c['bf16_flops'] / 1e12:.0f} TFLOP/s (bf16 {c['matmul_size']}^3 matmul).", ""]
-    lines += ["| work | maxk_jax | baseline on the same chip | roofline |", "|---|---:|---:|---:|"]
-    hf = res.get("hf_generate")
-    for d in res.get("decode", []):
-        base = "—"
-        if hf and (hf["prompts"], hf["n"], hf["prompt_len"], hf["new_tokens"], hf["preset"]) == (
-                d["prompts"], d["n"], d["prompt_len"], d["new_tokens"], d["preset"]):
-            base = f"transformers `generate` {hf['tok_per_s']:,.0f} tok/s"
-        roof = (f"{d['roofline_tok_per_s']:,.0f} tok/s ({d['roofline_ms_per_step']:.2f} ms/step): "
-                f"**{100 * d['frac_of_roofline']:.0f} %**" if "frac_of_roofline" in d else "—")
-        several = len({r.get("decode_attention") for r in res["decode"]}) > 1
-        attention = f", {d['decode_attention']} attention" if several else ""
-        lines.append(f"| {d['preset']} decode, {d['prompts']} x n = {d['n']}, {d['prompt_len']} / {d['new_tokens']}{attention} | "
-                     f"{d['tok_per_s']:,.0f} tok/s ({d['ms_per_step']:.2f} ms/step; prefill {d['prefill_s']:.3f} s) | "
-                     f"{base} | {roof} |")
-    tt = res.get("torch_train")
-    for tr in res.get("train", []):
-        ratio = f" ({tr['tokens_per_s'] / tt['tokens_per_s']:.2f}x)" if tt else ""
-        peak = f", peak {tr['peak_mem_gb']:.0f} GB" if tr.get("peak_mem_gb") else ""
-        base = (f"PyTorch + transformers {tt['tokens_per_s']:,.0f} tok/s" + (
-            f", peak {tt['peak_mem_gb']:.0f} GB" if tt.get("peak_mem_gb") else "")) if tt else "—"
-        mfu = (f"{tr['model_tflops']:.0f} TFLOP/s = {100 * tr['model_tflops'] * 1e12 / c['bf16_flops']:.0f} % of "
-               "the matmul ceiling") if c else f"{tr['model_tflops']:.2f} TFLOP/s"
-        lines.append(f"| {res['train_preset']} RL train step, maxk_offpolicy, {res['train_shape']}, "
-                     f"attention={tr['attention']} | {tr['tokens_per_s']:,.0f} tok/s{ratio}{peak} | {base} | {mfu} |")
-    lines += [""] + [f"Skipped: {s}" for s in res["skipped"]] if res.get("skipped") else []
-    return "\n".join(lines) + "\n"
-
-
-def plot(res: dict[str, Any], path: pathlib.Path) -> None:
-    """Decode: fraction of the roofline per case; train: tokens/s of each side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    dec = [d for d in res.get("decode", []) if "frac_of_roofline" in d]
-    a.barh([f"{d['preset'].split('-')[-1]} {d['prompts']}x{d['n']} {d['prompt_len']}/{d['new_tokens']} "
-            f"{d.get('decode_attention', 'xla')}" for d in dec],
-           [100 * d["frac_of_roofline"] for d in dec], color="C0")
-    a.set_xlabel("% of the memory roofline (measured bandwidth)")
-    a.set_title("decode", fontsize=9)
-    names = [f"maxk_jax ({t['attention']})" for t in res.get("train", [])]
-    vals = [t["tokens_per_s"] for t in res.get("train", [])]
-    if res.get("torch_train"):
-        names.append("PyTorch + transformers")
-        vals.append(res["torch_train"]["tokens_per_s"])
-    b.barh(names, vals, color=["C0"] * (len(vals) - bool(res.get("torch_train"))) + ["C1"] * bool(
-        res.get("torch_train")))
-    b.set_xlabel("train tokens / s")
-    b.set_title(f"RL train step, {res.get('train_shape', '')}", fontsize=9)
-    fig.suptitle(res["device"]["kind"], fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def _check_flags() -> list[tuple[int, int, int, int]]:
     bad = [p for p in FLAGS.parts if p not in PARTS]
     if bad:
@@ -385,10 +320,20 @@ def main(argv: list[str]) -> None:
         if over_budget(name):
             return
         t0 = time.perf_counter()
-        res[name] = fn()
+        try:
+            res[name] = fn()
+        except Exception as e:  # noqa: BLE001 -- a lent machine's minutes: record it, run the other parts
+            failed(name, e)
         res["parts_s"][name] = time.perf_counter() - t0
         print(f"{name}: done in {res['parts_s'][name]:.1f} s", flush=True)
         write(res, out)
+
+    def failed(what: str, e: Exception) -> None:
+        """Record (JSON ``errors``, the table's footer) and print a failed part or case; the run
+        goes on and exits with status 1 at the end."""
+        line = f"{what}: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
+        res.setdefault("errors", []).append(line)
+        print(f"FAILED {line}", flush=True)
 
     # order: the torch baselines first (their memory goes back to the driver after them), then JAX's
     # parts: the train step before the decode, as JAX's peak-memory counter never resets
@@ -416,8 +361,12 @@ def main(argv: list[str]) -> None:
                 for attention in FLAGS.decode_attention:
                     if over_budget(f"decode {name} {case_text(case)} {attention}"):
                         continue
-                    row = decode_case(config.replace(decode_attention=attention), params, case, FLAGS.repeats,
-                                      bandwidth or float("nan"), FLAGS.seed)
+                    try:
+                        row = decode_case(config.replace(decode_attention=attention), params, case,
+                                          FLAGS.repeats, bandwidth or float("nan"), FLAGS.seed)
+                    except Exception as e:  # noqa: BLE001 -- the other cases still run
+                        failed(f"decode {name} {case_text(case)} {attention}", e)
+                        continue
                     if bandwidth is None:
                         row = {k: v for k, v in row.items() if not k.startswith("roofline") and k != "frac_of_roofline"}
                     rows.append({"preset": name, "decode_attention": attention, **row})
@@ -429,37 +378,25 @@ def main(argv: list[str]) -> None:
 
     part("decode", decode_all)
     if FLAGS.profile_dir and not over_budget("profile"):
-        name, config = first_name, first_config.replace(dtype="bfloat16", param_dtype="bfloat16")
-        res["profiles"] = profile_decode(config, cases[0], FLAGS.decode_attention, FLAGS.profile_tokens,
-                                         pathlib.Path(FLAGS.profile_dir), FLAGS.seed)
-        res["profiles"] = [{"preset": name, **r} for r in res["profiles"]]
+        config = first_config.replace(dtype="bfloat16", param_dtype="bfloat16")
+        try:
+            res["profiles"] = [{"preset": first_name, **r} for r in profile_decode(
+                config, cases[0], FLAGS.decode_attention, FLAGS.profile_tokens, pathlib.Path(FLAGS.profile_dir),
+                FLAGS.seed)]
+        except Exception as e:  # noqa: BLE001 -- what was measured is still written below
+            failed("profile", e)
     res["total_s"] = time.perf_counter() - t_start
     table = write(res, out, png=True)
     print(table)
     print(f"total {res['total_s']:.0f} s; wrote {out}/bench_accelerator.{{json,md,png}}")
+    if res.get("errors"):
+        raise SystemExit(f"{len(res['errors'])} part(s) or case(s) failed: " + "; ".join(res["errors"]))
 
 
 def case_text(case: tuple[int, int, int, int]) -> str:
     """``(16, 8, 512, 256)`` -> ``"16x8:512/256"`` (the --cases syntax)."""
     p, n, tp, t = case
     return f"{p}x{n}:{tp}/{t}"
-
-
-def write(res: dict[str, Any], out: pathlib.Path, png: bool = False) -> str:
-    """Write the results so far (``bench_accelerator.json`` and ``.md``; the PNG when ``png``, if
-    matplotlib is importable); return the markdown table."""
-    import importlib.util
-
-    table = markdown(res)
-    (out / "bench_accelerator.json").write_text(json.dumps(res, indent=1))
-    (out / "bench_accelerator.md").write_text(table)
-    if png:
-        if importlib.util.find_spec("matplotlib") is None:
-            print("bench_accelerator.png: not drawn (matplotlib is not installed); the JSON and the table hold "
-                  "every figure")
-        else:
-            plot(res, out / "bench_accelerator.png")
-    return table
 
 
 def profile_decode(config: Any, case: tuple[int, int, int, int], attentions: list[str], tokens: int,

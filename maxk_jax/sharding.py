@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import math
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -128,13 +128,16 @@ def logical_to_mesh(spec: PartitionSpec | Sequence[str | None],
     return PartitionSpec(*out)
 
 
-def _fit(spec: PartitionSpec, shape: Sequence[int], mesh: Mesh, where: str) -> PartitionSpec:
-    """Drop mesh axes (innermost first) from dimensions they do not divide."""
+def fit_spec(spec: PartitionSpec, shape: Sequence[int], axis_sizes: Mapping[str, int],
+             where: str) -> PartitionSpec:
+    """``spec`` with mesh axes dropped (innermost first) from the dimensions of ``shape`` they do
+    not divide; ``axis_sizes``: mesh axis name -> size (``mesh.shape``); ``where`` names the array
+    in the INFO log of a drop."""
     out = []
     for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
         axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
         kept = list(axes)
-        while kept and dim % math.prod(mesh.shape[a] for a in kept):
+        while kept and dim % math.prod(axis_sizes[a] for a in kept):
             kept.pop()
         if len(kept) != len(axes):
             logging.info("sharding: %s dim %d not divisible by %s; using %s", where, dim, axes,
@@ -164,7 +167,7 @@ def param_shardings(mesh: Mesh, logical_axes_tree: Any, shapes: Any | None = Non
         if len(spec) != len(leaf.shape):
             raise ValueError(f"{jax.tree_util.keystr(path)}: logical axes {spec} do not match "
                              f"shape {leaf.shape}")
-        mesh_spec = _fit(logical_to_mesh(spec, rules), leaf.shape, mesh,
+        mesh_spec = fit_spec(logical_to_mesh(spec, rules), leaf.shape, mesh.shape,
                          jax.tree_util.keystr(path))
         out.append(NamedSharding(mesh, mesh_spec))
     return jax.tree.unflatten(treedef, out)

@@ -7,10 +7,11 @@ attention from several fusions that write float32 score arrays the size of a K b
 them back (scores, max, exponentials, the weighted sums: about 2.8x the bytes of K and V at the
 1.5B preset) and reads every generated slot, live or not. Here, flash-decoding style:
 
-* **prompt kernel**, one program per (prompt, KV head): the ``n * G`` queries of that prompt's
-  ``n`` sample rows and the KV head's ``G`` query heads (no repetition of K/V per query head)
-  against the prompt's K/V block, in blocks of ``block_k`` slots with an online softmax; each
-  prompt block is read once for its n rows;
+* **prompt kernel**, one program per (prompt, KV head, tile of up to ``Q_TILE`` queries): the
+  ``n * G`` queries of that prompt's ``n`` sample rows and the KV head's ``G`` query heads (no
+  repetition of K/V per query head) against the prompt's K/V block, in blocks of ``block_k``
+  slots with an online softmax; each prompt block is read once per query tile (once for 16 x 8
+  rollouts; 12 times, mostly from L2, for the 1 x 128 evaluation shape);
 * **own kernel**, one program per (row, KV head): the row's ``G`` queries against its own cache,
   looping over ``ceil(length / block_k)`` blocks only (the slots not generated yet are not read);
 * the two partial results and the token's own key are merged with their softmax statistics
@@ -29,7 +30,7 @@ heads of its rows: the cache is replicated there anyway). Selected by
 from __future__ import annotations
 
 import functools
-import math
+from typing import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +44,8 @@ from maxk_jax.models.kv_cache import attend_decode
 
 NEG = -0.7 * float(jnp.finfo(jnp.float32).max)   # a finite "minus infinity" (exp underflows to 0)
 MIN_TILE = 16                                     # Triton's smallest matmul tile
+Q_TILE = 64       # prompt-kernel query rows per program (the queries of many rows on one prompt are tiled:
+                  # one program holding all of 1 prompt x n = 128 rows would exceed an H100's shared memory)
 
 
 def _pow2(x: int) -> int:
@@ -114,11 +117,17 @@ def _compiler_params(interpret: bool) -> plgpu.CompilerParams | None:
     return None if interpret else plgpu.CompilerParams(num_warps=4, num_stages=2)
 
 
-def _partial_outputs(programs: int, kv: int, rows: int, d: int) -> dict:
-    """``out_specs`` / ``out_shape`` of a kernel on a (programs, kv) grid writing its float32 partial
-    result: o [programs, kv, rows, D] and the softmax statistics m, l [programs, kv, rows]."""
-    specs = [pl.BlockSpec((None, None, rows, d), lambda i, j: (i, j, 0, 0))] + [
-        pl.BlockSpec((None, None, rows), lambda i, j: (i, j, 0))] * 2
+def _partial_outputs(grid: tuple[int, ...], rows: int, d: int) -> dict:
+    """``out_specs`` / ``out_shape`` of a kernel on ``grid`` = (programs, kv[, row tiles]) writing its
+    float32 partial result: o [programs, kv, rows, D] and the softmax statistics m, l [programs, kv,
+    rows]; with a third grid axis each program writes its tile of ``rows // grid[2]`` rows."""
+    programs, kv = grid[:2]
+    tile = rows // grid[2] if len(grid) == 3 else rows
+    if len(grid) == 3:
+        o_map, s_map = (lambda i, j, t: (i, j, t, 0)), (lambda i, j, t: (i, j, t))
+    else:
+        o_map, s_map = (lambda i, j: (i, j, 0, 0)), (lambda i, j: (i, j, 0))
+    specs = [pl.BlockSpec((None, None, tile, d), o_map)] + [pl.BlockSpec((None, None, tile), s_map)] * 2
     shapes = [jax.ShapeDtypeStruct((programs, kv, rows, d), jnp.float32)] + [
         jax.ShapeDtypeStruct((programs, kv, rows), jnp.float32)] * 2
     return {"out_specs": specs, "out_shape": shapes}
@@ -165,18 +174,15 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
     return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=row_spec, check_vma=False)(*args)
 
 
-def shard_specs(mesh_shape: dict[str, int], prompts: int, kv_heads: int
-                ) -> tuple[str | tuple[str, ...] | None, str | None]:
-    """(row axes, head axis) the kernels split over on a mesh of ``mesh_shape`` (axis name -> size):
-    the cache's batch axes (``data``, ``fsdp``; innermost dropped until their product divides
-    ``prompts``, so every shard holds whole prompts and their rows) and ``tensor`` when it divides
-    ``kv_heads`` (else None: heads replicated)."""
-    rows = [a for a in sh.BATCH_AXES if mesh_shape.get(a, 1) > 1]
-    while rows and prompts % math.prod(mesh_shape[a] for a in rows):
-        rows.pop()
-    t = mesh_shape.get("tensor", 1)
-    heads = "tensor" if t > 1 and kv_heads % t == 0 else None
-    return (None if not rows else rows[0] if len(rows) == 1 else tuple(rows)), heads
+def shard_specs(mesh_shape: Mapping[str, int], prompts: int, kv_heads: int
+                ) -> tuple[str | tuple[str, ...] | None, str | tuple[str, ...] | None]:
+    """(row axes, head axes) the kernels split over on a mesh of ``mesh_shape`` (axis name -> size):
+    the KV cache's own split (the ``cache_batch`` and ``cache_kv_heads`` sharding rules) fitted to
+    ``prompts`` x ``kv_heads`` (axes dropped, innermost first, where they do not divide), so every
+    shard holds whole prompts with their rows and whole KV heads with their query heads."""
+    spec = sh.fit_spec(sh.logical_to_mesh(("cache_batch", "cache_kv_heads")), (prompts, kv_heads), mesh_shape,
+                       "decode attention (prompts, KV heads)")
+    return spec[0], spec[1]
 
 
 def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array, prompt_v: jax.Array,
@@ -196,19 +202,21 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     params = _compiler_params(interpret)
     qg = q.reshape(b, kv, g, d)
 
-    # Prompt block: queries [P, K, n*G (padded), D], one program per (prompt, KV head).
-    nq = _pow2(n * g)
+    # Prompt block: queries [P, K, n*G (padded), D], one program per (prompt, KV head, tile of
+    # at most Q_TILE query rows).
+    qt = min(_pow2(n * g), Q_TILE)
+    nq = -(-n * g // qt) * qt
     qp = qg.reshape(p, n, kv, g, d).transpose(0, 2, 1, 3, 4).reshape(p, kv, n * g, d)
     qp = jnp.pad(qp, ((0, 0), (0, 0), (0, nq - n * g), (0, 0)))
     bk = _block(tp, block_k)
     o_p, m_p, l_p = pl.pallas_call(
         functools.partial(_prompt_kernel, bk=bk, slots=tp, scale=scale),
-        grid=(p, kv),
-        in_specs=[pl.BlockSpec((None, None, nq, d), lambda i, j: (i, j, 0, 0)),
-                  pl.BlockSpec((None, None, tp, d), lambda i, j: (i, j, 0, 0)),
-                  pl.BlockSpec((None, None, tp, d), lambda i, j: (i, j, 0, 0)),
-                  pl.BlockSpec((None, tp), lambda i, j: (i, 0))],
-        **_partial_outputs(p, kv, nq, d),
+        grid=(p, kv, nq // qt),
+        in_specs=[pl.BlockSpec((None, None, qt, d), lambda i, j, t: (i, j, t, 0)),
+                  pl.BlockSpec((None, None, tp, d), lambda i, j, t: (i, j, 0, 0)),
+                  pl.BlockSpec((None, None, tp, d), lambda i, j, t: (i, j, 0, 0)),
+                  pl.BlockSpec((None, tp), lambda i, j, t: (i, 0))],
+        **_partial_outputs((p, kv, nq // qt), nq, d),
         compiler_params=params, interpret=interpret, name="decode_attention_prompt",
     )(qp, prompt_k, prompt_v, prompt_valid.astype(jnp.int32))
 
@@ -229,7 +237,7 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
                   pl.BlockSpec((None, None, ng, d), lambda i, j: (i, j, 0, 0)),
                   pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0)),
                   pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0))],
-        **_partial_outputs(b, kv, ng, d),
+        **_partial_outputs((b, kv), ng, d),
         compiler_params=params, interpret=interpret, name="decode_attention_own",
     )(jnp.reshape(length, (1,)).astype(jnp.int32), qo, cache_k, cache_v)
     o_c, m_c, l_c = o_c[:, :, :g], m_c[:, :, :g], l_c[:, :, :g]

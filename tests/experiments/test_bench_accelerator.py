@@ -73,6 +73,17 @@ def test_a_spent_time_budget_skips_what_is_left_and_says_so(tmp_path):
     assert "Skipped: ceilings: time budget" in (tmp_path / "bench_accelerator.md").read_text()
 
 
+def test_a_failing_case_is_recorded_and_the_others_still_run(tmp_path):
+    # a 600-token prompt does not fit the smoke model's 512 positions: that case fails, the next one runs
+    out = _run(tmp_path, "--parts=decode", "--cases=1x2:600/4,1x2:16/4", "--repeats=1")
+    assert out.returncode == 1 and "1 part(s) or case(s) failed" in out.stderr
+    res = json.loads((tmp_path / "bench_accelerator.json").read_text())
+    assert [d["prompt_len"] for d in res["decode"]] == [16]
+    (err,) = res["errors"]
+    assert err.startswith("decode tiny 1x2:600/4 xla: ValueError: prompts[0] has 600 tokens")
+    assert f"Failed: {err}" in (tmp_path / "bench_accelerator.md").read_text()
+
+
 def test_bad_flags_fail_in_one_line(tmp_path):
     out = _run(tmp_path, "--parts=decode,nope")
     assert out.returncode == 2 and "'nope'" in out.stderr and len(out.stderr.strip().splitlines()) == 1

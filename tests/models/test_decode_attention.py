@@ -11,7 +11,7 @@ import pytest
 
 from maxk_jax import gpu_plan
 from maxk_jax import sharding as sh
-from maxk_jax.models import decode, decode_attention, qwen2
+from maxk_jax.models import decode, decode_attention, kv_cache, qwen2
 from maxk_jax.models.kv_cache import attend_decode
 
 
@@ -47,6 +47,19 @@ def test_kernels_bfloat16_many_queries_per_prompt():
     np.testing.assert_allclose(got.astype(jnp.float32), want, atol=1.6e-2, rtol=1.6e-2)
 
 
+def test_many_rows_per_prompt_tile_the_prompt_queries(monkeypatch):
+    # n * G = 40 queries of one prompt in tiles of 16 rows (3 programs per KV head, the last one padded)
+    monkeypatch.setattr(decode_attention, "Q_TILE", 16)
+    calls = []
+    real = decode_attention.pl.pallas_call
+    monkeypatch.setattr(decode_attention.pl, "pallas_call", lambda *a, **k: calls.append(k["grid"]) or real(*a, **k))
+    x = _inputs(p=1, n=20, kv=1, g=2, d=16, tp=32, s=20, dtype=jnp.float32, seed=3)
+    want = attend_decode(**x, valid=jnp.arange(20) < 11)
+    got = decode_attention.attend_decode_pallas(**x, length=jnp.int32(11), block_k=16)
+    assert calls == [(1, 1, 3), (20, 1)]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
 def test_small_shapes_fall_back_to_attend_decode():
     x = _inputs(p=2, n=2, kv=1, g=4, d=16, tp=8, s=37, dtype=jnp.float32)   # 8 prompt slots < one tile
     assert not decode_attention.supported(x["q"], x["prompt_k"], x["cache_k"])
@@ -62,9 +75,9 @@ def test_block_k_must_be_a_power_of_two():
 
 
 @pytest.mark.parametrize("mesh_shape,kv,want_specs", [
-    ((2, 1, 4), 4, ("data", "tensor")),      # rows over data, KV heads (and their query heads) over tensor
+    ((2, 1, 4), 4, (("data", "fsdp"), "tensor")),   # rows over data (x fsdp = 1), KV heads (+ query heads) on tensor
     pytest.param((2, 2, 2), 1, (("data", "fsdp"), None), marks=pytest.mark.slow),  # one KV head: replicated over tensor
-    pytest.param((8, 1, 1), 2, (None, None), marks=pytest.mark.slow),   # 4 prompts on 8 shards: replicated
+    pytest.param((8, 1, 1), 2, (None, "tensor"), marks=pytest.mark.slow),   # 4 prompts on 8 shards: replicated
 ])
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
 def test_sharded_mesh_runs_the_kernels_per_shard(mesh_shape, kv, want_specs):
@@ -81,9 +94,17 @@ def test_sharded_mesh_runs_the_kernels_per_shard(mesh_shape, kv, want_specs):
 
 def test_shard_specs_keep_whole_prompts_per_shard():
     # 6 prompts on data=4 x fsdp=2: neither 8 nor 4 divides 6 -> rows replicated; 2 KV heads on tensor=4 -> None
-    assert decode_attention.shard_specs({"data": 4, "fsdp": 2, "tensor": 1}, 6, 2) == (None, None)
+    assert decode_attention.shard_specs({"data": 4, "fsdp": 2, "tensor": 1}, 6, 2) == (None, "tensor")
     assert decode_attention.shard_specs({"data": 2, "fsdp": 4, "tensor": 4}, 6, 2) == ("data", None)
-    assert decode_attention.shard_specs({"data": 1, "fsdp": 4, "tensor": 2}, 8, 2) == ("fsdp", "tensor")
+    assert decode_attention.shard_specs({"data": 1, "fsdp": 4, "tensor": 2}, 8, 2) == (("data", "fsdp"), "tensor")
+
+
+def test_shard_specs_follow_the_kv_cache_sharding():
+    # the kernels split rows and heads exactly as the cache is split, wherever that split fits
+    mesh_shape = {"data": 2, "fsdp": 2, "tensor": 2}
+    prompt_k = kv_cache.cache_logical_axes(1).prompt_k[0]          # [P, K, Tp, D] of one layer
+    cache = sh.fit_spec(sh.logical_to_mesh(prompt_k), (4, 2, 64, 16), mesh_shape, "prompt_k")
+    assert decode_attention.shard_specs(mesh_shape, 4, 2) == (cache[0], cache[1]) == (("data", "fsdp"), "tensor")
 
 
 def test_tpu_is_refused_rather_than_interpreted(monkeypatch):
@@ -132,6 +153,20 @@ def test_compiles_for_a_deviceless_h100_as_triton_kernels():
     mesh = gpu_plan.target_mesh("h100")
     rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     shapes = jax.eval_shape(lambda: _inputs(p=16, n=8, kv=2, g=6, d=128, tp=512, s=255, dtype=jnp.bfloat16))
+    args = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=rep) for k, v in shapes.items()}
+    args["length"] = jax.ShapeDtypeStruct((), jnp.int32, sharding=rep)
+    with sh.activation_sharding(mesh):
+        text = jax.jit(lambda a: decode_attention.attend_decode_pallas(**a)).lower(args).compile().as_text()
+    assert text.count('custom_call_target="__gpu$xla.gpu.triton"') == 2
+
+
+@pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
+def test_the_evaluation_shape_fits_an_h100():
+    # 1 prompt x n = 128 rows on a 1,024-token prompt (the paper's evaluation, 1.5B heads): 768 prompt
+    # queries per KV head; untiled, one program held them all and asked for 328 KB of shared memory
+    mesh = gpu_plan.target_mesh("h100")
+    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shapes = jax.eval_shape(lambda: _inputs(p=1, n=128, kv=2, g=6, d=128, tp=1024, s=255, dtype=jnp.bfloat16))
     args = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=rep) for k, v in shapes.items()}
     args["length"] = jax.ShapeDtypeStruct((), jnp.int32, sharding=rep)
     with sh.activation_sharding(mesh):
