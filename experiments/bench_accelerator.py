@@ -24,6 +24,8 @@ this run on ``jax.devices()[0]``:
   tokens), median of 2 after a first call.
 * ``train``: ``rl.training.make_train_step`` (maxk_offpolicy, k = 4, 16 prompts x n = 8, 512 + 256
   tokens, 4 micro-batches, float32 params + bf16 compute, remat, Adam) per ``--train_attention``
+  and ``--train_remat`` (the remat policy: ``nothing`` recomputes each layer, ``dots`` keeps the
+  projections' outputs)
   (``auto`` = cuDNN flash attention on GPU); tokens/s = B x S / step time, model FLOP/s = 3 x
   forward matmul FLOPs (projections on B x S tokens, attention on the S x S square, LM head on
   the B x T completion positions), peak device memory (JAX's counter: the process's peak so far).
@@ -69,6 +71,8 @@ def define_flags() -> None:
     flags.DEFINE_list("presets", ["qwen2.5-coder-1.5b", "qwen2.5-coder-7b"], "Decode presets (--smoke: a tiny model).")
     flags.DEFINE_list("cases", ["16x8:512/256", "1x128:1024/256"],
                       "Decode cases PROMPTSxN:PROMPT_LEN/NEW_TOKENS (--smoke: 2x2:32/8,1x4:64/8).")
+    flags.DEFINE_list("train_remat", ["nothing"], "Remat policies of the train step (Qwen2Config.remat_policy: "
+                      "nothing, dots), each timed with every --train_attention.")
     flags.DEFINE_list("train_attention", ["auto"], "Attention implementations of the train step (auto, chunked, "
                       "dot_product, xla).")
     flags.DEFINE_list("decode_attention", ["xla"], "Decode attentions timed per case (Qwen2Config.decode_attention): "
@@ -229,7 +233,7 @@ def jax_train(config: Any, data: dict[str, np.ndarray], n: int, k: int, micro: i
     steady, all_s = _median_time(run, repeats)
     tokens = data["tokens"].size
     flops = model_flops(config, b, data["tokens"].shape[1], data["completion_mask"].shape[1])
-    out = {"attention": config.attention, "first_call_s": first, "steady_s": steady, "all_s": all_s, "loss0": loss0,
+    out = {"attention": config.attention, "remat_policy": config.remat_policy, "first_call_s": first, "steady_s": steady, "all_s": all_s, "loss0": loss0,
            "tokens_per_s": tokens / steady, "model_tflops": flops / steady / 1e12, "peak_mem_gb": None}
     peak = _peak_memory()
     if peak is not None:
@@ -248,19 +252,22 @@ def _check_flags() -> list[tuple[int, int, int, int]]:
     bad = [p for p in FLAGS.parts if p not in PARTS]
     if bad:
         raise ValueError(f"--parts: {bad} not among {PARTS}")
+    from maxk_jax.models import qwen2
     for a in FLAGS.decode_attention:
         if a not in ("xla", "pallas"):
             raise ValueError(f"--decode_attention: {a!r} is not xla or pallas")
     for a in FLAGS.train_attention:
         if a not in ("auto", "xla", "chunked", "dot_product"):
             raise ValueError(f"--train_attention: {a!r} is not auto, xla, chunked or dot_product")
+    for r in FLAGS.train_remat:
+        if r not in qwen2.REMAT_POLICIES:
+            raise ValueError(f"--train_remat: {r!r} is not one of {qwen2.REMAT_POLICIES}")
     if FLAGS.time_budget_s < 0 or FLAGS.profile_tokens < 2:
         raise ValueError(f"--time_budget_s={FLAGS.time_budget_s} must be >= 0 and --profile_tokens="
                          f"{FLAGS.profile_tokens} >= 2")
     if FLAGS.repeats < 1 or FLAGS.bandwidth_mib < 1 or FLAGS.matmul_size < 1:
         raise ValueError(f"--repeats={FLAGS.repeats}, --bandwidth_mib={FLAGS.bandwidth_mib} and "
                          f"--matmul_size={FLAGS.matmul_size} must be >= 1")
-    from maxk_jax.models import qwen2
     if not FLAGS.smoke:
         for p in FLAGS.presets:
             if p not in qwen2.PRESETS:
@@ -349,8 +356,25 @@ def main(argv: list[str]) -> None:
     part("torch_train", lambda: bench_torch.torch_train(train_config, data, n, micro, FLAGS.repeats))
     part("ceilings", lambda: ceilings(FLAGS.bandwidth_mib, FLAGS.matmul_size))
     bandwidth = res.get("ceilings", {}).get("hbm_bytes_per_s")
-    part("train", lambda: [jax_train(train_config.replace(attention=a), data, n, k, micro, FLAGS.repeats, FLAGS.seed)
-                           for a in FLAGS.train_attention])
+    def train_all() -> list[dict[str, Any]]:
+        rows = []
+        for policy in FLAGS.train_remat:
+            for attention in FLAGS.train_attention:
+                what = f"train remat_policy={policy} attention={attention}"
+                if over_budget(what):
+                    continue
+                try:
+                    rows.append(jax_train(train_config.replace(attention=attention, remat_policy=policy), data, n,
+                                          k, micro, FLAGS.repeats, FLAGS.seed))
+                except Exception as e:  # noqa: BLE001 -- e.g. out of memory: the other rows still run
+                    failed(what, e)
+                    continue
+                print(f"  {what}: {rows[-1]['tokens_per_s']:,.0f} tok/s (first call {rows[-1]['first_call_s']:.1f} s)",
+                      flush=True)
+                write({**res, "train": rows}, out)
+        return rows
+
+    part("train", train_all)
 
     def decode_all() -> list[dict[str, Any]]:
         rows = []

@@ -37,8 +37,10 @@ def markdown(res: dict[str, Any]) -> str:
             f", peak {tt['peak_mem_gb']:.0f} GB" if tt.get("peak_mem_gb") else "")) if tt else "—"
         mfu = (f"{tr['model_tflops']:.0f} TFLOP/s = {100 * tr['model_tflops'] * 1e12 / c['bf16_flops']:.0f} % of "
                "the matmul ceiling") if c else f"{tr['model_tflops']:.2f} TFLOP/s"
+        remat = f", remat_policy={tr['remat_policy']}" if tr.get("remat_policy", "nothing") != "nothing" else ""
         lines.append(f"| {res['train_preset']} RL train step, maxk_offpolicy, {res['train_shape']}, "
-                     f"attention={tr['attention']} | {tr['tokens_per_s']:,.0f} tok/s{ratio}{peak} | {base} | {mfu} |")
+                     f"attention={tr['attention']}{remat} | {tr['tokens_per_s']:,.0f} tok/s{ratio}{peak} | {base} | "
+                     f"{mfu} |")
     notes = [f"Skipped: {s}" for s in res.get("skipped", [])] + [f"Failed: {e}" for e in res.get("errors", [])]
     lines += [""] + notes if notes else []
     return "\n".join(lines) + "\n"
@@ -58,7 +60,7 @@ def plot(res: dict[str, Any], path: pathlib.Path) -> None:
            [100 * d["frac_of_roofline"] for d in dec], color="C0")
     a.set_xlabel("% of the memory roofline (measured bandwidth)")
     a.set_title("decode", fontsize=9)
-    names = [f"maxk_jax ({t['attention']})" for t in res.get("train", [])]
+    names = [f"maxk_jax ({t['attention']}, remat {t.get('remat_policy', 'nothing')})" for t in res.get("train", [])]
     vals = [t["tokens_per_s"] for t in res.get("train", [])]
     if res.get("torch_train"):
         names.append("PyTorch + transformers")

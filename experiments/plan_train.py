@@ -61,6 +61,10 @@ flags.DEFINE_bool("plan_sampler", True, "Also plan the rollout phase (rollout co
                   "print the whole RL step's peak per device.")
 flags.DEFINE_list("chip_gib", ["74.5:H100 80GB", "32:TPU v4 (32 GiB)", "16:TPU v5e (16 GiB)"],
                   "GiB:name of chips to check the step's peak against (85 %% of each).")
+flags.DEFINE_enum("target", "cpu", ["cpu", "h100"],
+                  "cpu: the layouts on simulated CPU devices; h100: the train step alone on one deviceless H100 "
+                  "(XLA:GPU's buffer assignment; needs the CUDA plugin, see docs/accelerators.md; --layouts, "
+                  "--plan_ref and --plan_sampler do not apply).")
 
 
 def step_peak_markdown(config: qwen2.Qwen2Config, rows: list[dict]) -> str:
@@ -103,6 +107,39 @@ def step_peak_markdown(config: qwen2.Qwen2Config, rows: list[dict]) -> str:
 GIB = 1024 ** 3
 
 
+def gpu_target(config: qwen2.Qwen2Config, cfg: training.StepConfig) -> None:
+    """--target=h100: the train step on one deviceless GPU, its per-device bytes against --chip_gib."""
+    from maxk_jax import gpu_plan
+
+    b = FLAGS.prompts * FLAGS.n
+    with cli.user_errors():
+        cfg.check_batch(b, 1)
+        if not gpu_plan.plugin_available():
+            raise ValueError(gpu_plan.PLUGIN_HINT)
+    row = gpu_plan.gpu_train_memory(config, cfg, b, FLAGS.prompt_len, FLAGS.completion_len, FLAGS.target,
+                                    mu_dtype=FLAGS.mu_dtype)
+    table = (f"{FLAGS.preset} ({config.num_layers} layers): RL train_step ({FLAGS.estimator}, k={FLAGS.k}) on {b} "
+             f"sequences of {FLAGS.prompt_len}+{FLAGS.completion_len} tokens, {FLAGS.micro_batches} micro-batches; "
+             f"params {FLAGS.param_dtype}, compute {FLAGS.dtype}, remat {FLAGS.remat} (policy {config.remat_policy}), "
+             f"attention {config.attention}, Adam (mu {FLAGS.mu_dtype}); one deviceless {row['target_source']}; "
+             "compiled.memory_analysis(), state donated\n\n"
+             "| args GiB | outputs GiB | temps GiB | alias GiB | total GiB | compile s |\n|---:|---:|---:|---:|---:|---:|\n"
+             f"| {row['args'] / GIB:.2f} | {row['outputs'] / GIB:.2f} | {row['temps'] / GIB:.2f} | "
+             f"{row['alias'] / GIB:.2f} | **{row['total'] / GIB:.2f}** | {row['compile_s']} |\n\n"
+             "| chip | 85 % of memory GiB | fits |\n|---|---:|---|\n")
+    for spec in FLAGS.chip_gib:
+        gib, name = spec.split(":", 1)
+        table += f"| {name} | {0.85 * float(gib):.1f} | {'yes' if row['total'] / GIB <= 0.85 * float(gib) else 'no'} |\n"
+    out = pathlib.Path(FLAGS.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"plan_train_{FLAGS.target}.md").write_text(table)
+    (out / f"plan_train_{FLAGS.target}.json").write_text(json.dumps(
+        {"config": config.to_hf_dict(), "step_config": repr(cfg), "row": row}, indent=2))
+    print(table)
+    print(f"wrote {out}/plan_train_{FLAGS.target}.{{md,json}}")
+    shutil.rmtree(_DUMP_DIR, ignore_errors=True)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
@@ -116,6 +153,9 @@ def main(argv: list[str]) -> None:
                               sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.completion_len),
                               loss=LossConfig(kind=training.loss_kind(FLAGS.estimator), kl_beta=FLAGS.kl_beta),
                               micro_batches=FLAGS.micro_batches)
+    if FLAGS.target != "cpu":
+        gpu_target(config, cfg)
+        return
     with cli.user_errors():
         for layout in FLAGS.layouts:   # validate every layout before the first (slow) compile
             sizes = memory_plan.layout_sizes(layout, NUM_DEVICES)

@@ -43,6 +43,7 @@ import numpy as np
 from maxk_jax import memory_plan, sample_plan
 from maxk_jax import sharding as sh
 from maxk_jax.models import qwen2
+from maxk_jax.rl import training
 from maxk_jax.sampling import SamplerSettings, decode_loop
 
 TARGET_DIR = pathlib.Path(__file__).resolve().parent / "targets"
@@ -358,3 +359,27 @@ def summary(r: dict[str, Any]) -> dict[str, float]:
                                                   "compile_s")} | {"decode_attention": r["decode_attention"],
         "kernels": r["kernels"], "materialized_bytes": r["materialized_bytes"], "est_bytes": r["est_bytes"],
         "ideal_bytes": r["ideal"]["total"]}
+
+
+def gpu_train_memory(config: qwen2.Qwen2Config, step_config: Any, sequences: int, prompt_len: int,
+                     completion_len: int, target: str = "h100", mu_dtype: str | None = None) -> dict[str, Any]:
+    """Compile the RL train step (``training.make_train_step``, Adam with first moment in
+    ``mu_dtype``, donated state) on ``sequences`` rows of ``prompt_len + completion_len`` tokens for
+    one deviceless ``target`` GPU -> its memory row (``memory_plan.memory_row``: per-device args,
+    outputs, temps, alias and ``total`` bytes, ``compile_s``) with ``target``, ``target_source``,
+    ``remat`` and ``remat_policy``. What a rematerialisation policy costs in memory on the card,
+    before renting one (XLA:GPU's buffer assignment, not XLA:CPU's)."""
+    if sequences < 1 or prompt_len < 1 or completion_len < 1:
+        raise ValueError(f"sequences, prompt_len and completion_len must be >= 1, got {sequences}, {prompt_len}, "
+                         f"{completion_len}")
+    mesh = target_mesh(target)
+    tx, schedule = training.make_optimizer(5e-6, total_steps=1000, mu_dtype=mu_dtype)
+    state, shardings = training.abstract_train_state(config, tx, mesh)
+    batch = memory_plan.abstract_batch(mesh, sequences, prompt_len, completion_len, step_config.loss.needs_reference)
+    step = training.make_train_step(config, step_config, tx, mesh, shardings, schedule=schedule)
+    t0 = time.perf_counter()
+    with sh.activation_sharding(mesh):
+        compiled = step.lower(state, batch).compile()
+    row = memory_plan.memory_row(target, compiled, time.perf_counter() - t0)
+    return {**row, "target": target, "target_source": target_config(target)[1], "remat": config.remat,
+            "remat_policy": config.remat_policy}

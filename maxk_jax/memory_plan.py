@@ -70,12 +70,14 @@ def check_device_count(num_devices: int) -> None:
 
 
 def planned_config(preset: str, *, layers: int, dtype: str, param_dtype: str,
-                   remat: bool, attention: str = "chunked", attention_chunk: int = 512) -> qwen2.Qwen2Config:
+                   remat: bool, attention: str = "chunked", attention_chunk: int = 512,
+                   remat_policy: str = "nothing") -> qwen2.Qwen2Config:
     """The Qwen2 preset to plan, with ``layers`` decoder layers (0 = the preset's), compute
-    ``dtype``, parameter storage ``param_dtype``, per-layer rematerialisation ``remat`` and the
-    ``attention`` implementation (``maxk_jax.models.attention``, blocks of ``attention_chunk``)."""
+    ``dtype``, parameter storage ``param_dtype``, per-layer rematerialisation ``remat`` keeping
+    ``remat_policy``'s tensors (``qwen2.remat_policy``) and the ``attention`` implementation
+    (``maxk_jax.models.attention``, blocks of ``attention_chunk``)."""
     overrides: dict[str, Any] = dict(dtype=dtype, param_dtype=param_dtype, remat=remat, attention=attention,
-                                     attention_chunk=attention_chunk)
+                                     attention_chunk=attention_chunk, remat_policy=remat_policy)
     if layers:
         overrides["num_layers"] = layers
     return qwen2.preset(preset, **overrides)
@@ -83,7 +85,8 @@ def planned_config(preset: str, *, layers: int, dtype: str, param_dtype: str,
 
 def define_flags(*, param_dtype: str, results_dir: str, flag_values: flags.FlagValues | None = None) -> None:
     """Defines the absl flags of the planned model and layouts both planners share: --preset,
-    --layers, --dtype, --param_dtype (default ``param_dtype``), --remat, --attention, --attention_chunk,
+    --layers, --dtype, --param_dtype (default ``param_dtype``), --remat, --remat_policy, --attention,
+    --attention_chunk,
     --layouts, --results_dir
     (default ``results_dir``), in ``flag_values`` (default ``absl.flags.FLAGS``). Called by the
     entry points only (importing this module defines no flag)."""
@@ -97,6 +100,9 @@ def define_flags(*, param_dtype: str, results_dir: str, flag_values: flags.FlagV
     flags.DEFINE_enum("param_dtype", param_dtype, ["bfloat16", "float32"],
                       "Parameter storage dtype (Adam state too, in the train-step plan).", flag_values=fv)
     flags.DEFINE_bool("remat", True, "Rematerialise each decoder layer in the backward pass.", flag_values=fv)
+    flags.DEFINE_enum("remat_policy", "nothing", list(qwen2.REMAT_POLICIES),
+                      "What a rematerialised layer keeps (nothing: recompute it all; dots: keep the projections' "
+                      "outputs, recompute no matmul but the attention's).", flag_values=fv)
     flags.DEFINE_enum("attention", "chunked", ["auto", "xla", "chunked", "dot_product"],
                       "Attention of the forward/backward (maxk_jax.models.attention; auto = dot_product on GPU, "
                       "chunked elsewhere).", flag_values=fv)
@@ -109,7 +115,7 @@ def define_flags(*, param_dtype: str, results_dir: str, flag_values: flags.FlagV
 
 
 def config_from_flags(num_devices: int, flag_values: flags.FlagValues | None = None) -> qwen2.Qwen2Config:
-    """The model of --preset --layers --dtype --param_dtype --remat (`define_flags`; parsed
+    """The model of --preset --layers --dtype --param_dtype --remat --remat_policy (`define_flags`; parsed
     ``flag_values``, default ``absl.flags.FLAGS``), after checking that JAX sees ``num_devices``
     devices and that every --layouts uses all of them (ValueError otherwise)."""
     fv = flags.FLAGS if flag_values is None else flag_values
@@ -117,7 +123,8 @@ def config_from_flags(num_devices: int, flag_values: flags.FlagValues | None = N
     for layout in fv.layouts:
         layout_sizes(layout, num_devices)
     return planned_config(fv.preset, layers=fv.layers, dtype=fv.dtype, param_dtype=fv.param_dtype,
-                          remat=fv.remat, attention=fv.attention, attention_chunk=fv.attention_chunk)
+                          remat=fv.remat, attention=fv.attention, attention_chunk=fv.attention_chunk,
+                          remat_policy=fv.remat_policy)
 
 
 def nll_loss(config: qwen2.Qwen2Config, params: Any, tokens: jax.Array,

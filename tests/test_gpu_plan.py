@@ -162,3 +162,20 @@ def test_target_mesh_refuses_a_bad_tensor_size_before_looking_for_the_plugin():
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match=f"tensor={bad!r}"):
             gpu_plan.target_mesh("h100", tensor=bad)
+
+
+@pytest.mark.slow
+def test_h100_train_memory_grows_with_what_the_remat_policy_keeps():
+    if not gpu_plan.plugin_available():
+        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
+    from maxk_jax.rl import training
+    config = qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=256, num_layers=2, num_heads=4,
+                               num_kv_heads=2, dtype="bfloat16", remat=True)
+    step = training.StepConfig(estimator="maxk_offpolicy", k=2, micro_batches=1,
+                               sampler=SamplerSettings(n=2, max_new_tokens=16))
+    rows = {p: gpu_plan.gpu_train_memory(config.replace(remat_policy=p), step, 8, 48, 16) for p in ("nothing", "dots")}
+    assert rows["nothing"]["args"] == rows["dots"]["args"] > 0                 # the same state and batch
+    assert rows["dots"]["temps"] > rows["nothing"]["temps"]                    # the kept projections
+    assert rows["dots"]["remat_policy"] == "dots" and "h100.txtpb" in rows["dots"]["target_source"]
+    with pytest.raises(ValueError, match="sequences"):
+        gpu_plan.gpu_train_memory(config, step, 0, 48, 16)

@@ -41,7 +41,9 @@ def test_planned_config_overrides_the_preset():
                                         param_dtype="bfloat16", remat=False)
     assert (config.num_layers, config.dtype, config.param_dtype, config.remat) == (2, "float32",
                                                                                    "bfloat16", False)
-    assert config.hidden_size == full.hidden_size
+    assert config.hidden_size == full.hidden_size and config.remat_policy == "nothing"
+    assert memory_plan.planned_config("qwen2.5-coder-0.5b", layers=2, dtype="float32", param_dtype="float32",
+                                      remat=True, remat_policy="dots").remat_policy == "dots"
     same = memory_plan.planned_config("qwen2.5-coder-0.5b", layers=0, dtype="bfloat16",
                                       param_dtype="float32", remat=True)
     assert same.num_layers == full.num_layers

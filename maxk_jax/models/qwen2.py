@@ -55,17 +55,19 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from maxk_jax.models import decode_attention
 from maxk_jax.models.attention import attend, attention  # noqa: F401  (attend: re-exported)
 from maxk_jax.models.kv_cache import (KVCache, attend_decode, cache_logical_axes,  # noqa: F401
                                       init_cache)
-from maxk_jax.models.qwen2_config import DECODE_ATTENTION, DTYPES, PRESETS, Qwen2Config, preset  # noqa: F401
+from maxk_jax.models.qwen2_config import (DECODE_ATTENTION, DTYPES, PRESETS, REMAT_POLICIES,  # noqa: F401
+                                          Qwen2Config, preset)
 
 Params = Any
 
@@ -156,6 +158,22 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return out.astype(x.dtype)
 
 
+#: What ``remat_policy="dots"`` keeps of a layer's forward pass (``checkpoint_name`` tags): the
+#: projections' outputs, so the backward pass recomputes no matmul but the attention's.
+SAVED_BY_DOTS = ("attn_qkv", "attn_out", "mlp_gate_up")
+
+
+def remat_policy(name: str) -> Callable[..., bool]:
+    """The ``jax.checkpoint`` policy of ``Qwen2Config.remat_policy`` ``name``: "nothing" recomputes
+    the whole layer in the backward pass; "dots" keeps the tensors named in :data:`SAVED_BY_DOTS`
+    (q, k, v after RoPE, the attention output, the MLP's gate and up projections)."""
+    if name == "nothing":
+        return jax.checkpoint_policies.nothing_saveable
+    if name == "dots":
+        return jax.checkpoint_policies.save_only_these_names(*SAVED_BY_DOTS)
+    raise ValueError(f"remat_policy={name!r}; expected one of {REMAT_POLICIES}")
+
+
 class Attention(nn.Module):
     """GQA self-attention with q/k/v biases; optionally reads/writes a one-layer KV cache."""
 
@@ -191,6 +209,7 @@ class Attention(nn.Module):
         v = dense(x, wv.astype(cd).reshape(e, k_ * d)).reshape(b, t, k_, d) + bv.astype(cd)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = (checkpoint_name(a, "attn_qkv") for a in (q, k, v))   # kept by remat_policy="dots"
 
         if self.mode == "decode":
             pk, pv, ck, cv = layer_cache
@@ -211,6 +230,7 @@ class Attention(nn.Module):
             new_kv = (k, v) if self.mode == "prefill" else None  # [B, T, K, D]
         out = nn.with_logical_constraint(out, ("activation_batch", "activation_length",
                                                "activation_heads", "head_dim"))
+        out = checkpoint_name(out, "attn_out")
         return dense(out.reshape(b, t, h * d), wo.astype(cd).reshape(h * d, e)), new_kv
 
 
@@ -227,7 +247,9 @@ class MLP(nn.Module):
         wu = _param(self, "up_kernel", _dense_init, (e, f), ("embed", "mlp"), pd)
         wd = _param(self, "down_kernel", _dense_init, (f, e), ("mlp", "embed"), pd)
         x = x.astype(cd)
-        hidden = jax.nn.silu(dense(x, wg.astype(cd))) * dense(x, wu.astype(cd))
+        gate = checkpoint_name(dense(x, wg.astype(cd)), "mlp_gate_up")
+        up = checkpoint_name(dense(x, wu.astype(cd)), "mlp_gate_up")
+        hidden = jax.nn.silu(gate) * up
         hidden = nn.with_logical_constraint(hidden, ("activation_batch", "activation_length",
                                                      "activation_mlp"))
         return dense(hidden, wd.astype(cd))
@@ -301,8 +323,7 @@ class Qwen2(nn.Module):
         rope = rope_tables(positions, cfg.head_dim_, cfg.rope_theta)
         layer_cls = DecoderLayer
         if cfg.remat:
-            layer_cls = nn.remat(layer_cls, prevent_cse=False,
-                                 policy=jax.checkpoint_policies.nothing_saveable)
+            layer_cls = nn.remat(layer_cls, prevent_cse=False, policy=remat_policy(cfg.remat_policy))
         scanned = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True},
                           in_axes=(0, nn.broadcast, nn.broadcast),
                           length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})

@@ -13,6 +13,8 @@ import numpy as np
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 #: Implementations of the one-token decode attention (config field `decode_attention`).
 DECODE_ATTENTION = ("xla", "pallas")
+#: Qwen2Config.remat_policy values -> the jax.checkpoint policy of a rematerialised decoder layer.
+REMAT_POLICIES = ("nothing", "dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +38,10 @@ class Qwen2Config:
     dtype: str = "float32"  # compute dtype of the matmuls: float32 | bfloat16 | float16
     param_dtype: str = "float32"  # storage dtype of the parameters
     remat: bool = False  # rematerialise each decoder layer in the backward pass
+    # what a rematerialised layer keeps from its forward pass (REMAT_POLICIES): nothing (recompute the
+    # whole layer: least memory) | dots (keep every projection output: no matmul recomputed but the
+    # attention's; more memory)
+    remat_policy: str = "nothing"
     # full/prefill attention: auto | xla | chunked | dot_product (models.attention); auto = dot_product
     # (cuDNN flash) when compiling for a GPU, chunked elsewhere
     attention: str = "auto"
@@ -67,6 +73,8 @@ class Qwen2Config:
         if self.attention not in ("auto", "xla", "chunked", "dot_product"):
             raise ValueError(f"Qwen2Config.attention={self.attention!r}; expected one of "
                              "('auto', 'xla', 'chunked', 'dot_product')")
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"Qwen2Config.remat_policy={self.remat_policy!r}; expected one of {REMAT_POLICIES}")
         if self.decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"Qwen2Config.decode_attention={self.decode_attention!r}; expected one of "
                              f"{DECODE_ATTENTION}")

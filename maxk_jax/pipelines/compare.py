@@ -288,7 +288,8 @@ def comparison_settings(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequ
 LATER_FIELDS = (("rl.rollout.reward", "fraction"), ("rl.algo.loss.ratio_level", "token"),
                 ("rl.algo.loss.kl_target", "reference"), ("rl.rollout.max_staleness", 0),
                 ("rl.algo.stale_correction", "none"), ("rl.algo.tis_cap", 2.0), ("rl.eval.at_end", True),
-                ("rl.rollout.devices", 0), ("rl.model.decode_attention", "xla"))
+                ("rl.rollout.devices", 0), ("rl.model.decode_attention", "xla"),
+                ("rl.model.remat_policy", "nothing"))
 
 
 def _upgraded(config: dict[str, Any]) -> dict[str, Any]:

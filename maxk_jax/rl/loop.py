@@ -275,7 +275,8 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir)
     problems = load_problem_set(cfg.data, tokenizer)   # before the weights: a bad problem set fails fast
     need_weights = cfg.algo.loss.needs_reference or not restoring
-    overrides = {"remat": cfg.model.remat, "decode_attention": cfg.model.decode_attention}
+    overrides = {"remat": cfg.model.remat, "remat_policy": cfg.model.remat_policy,
+                 "decode_attention": cfg.model.decode_attention}
     if need_weights:
         model_config, params = convert.load_hf(model_dir, cfg.model.dtype, mesh=mesh, **overrides)
     else:  # resuming without a KL reference: the checkpoint holds the weights

@@ -31,7 +31,7 @@ from maxk_jax.rl import losses
 from maxk_jax.rl.staleness import CORRECTIONS
 from maxk_jax.data.prompts import PROMPT_FORMATS
 from maxk_jax.rl.rollout import REWARDS
-from maxk_jax.models.qwen2_config import DECODE_ATTENTION
+from maxk_jax.models.qwen2_config import DECODE_ATTENTION, REMAT_POLICIES
 from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
                              option_pairs)
 from maxk_jax.rl.training import StepConfig
@@ -58,7 +58,8 @@ class ModelSettings:
     optimizer-state dtype; compute_dtype: matmul dtype ("" = dtype); reference_dtype: storage of
     the frozen KL reference weights ("" = dtype; "bfloat16" halves them: the reference pass
     computes in compute_dtype anyway); remat: rematerialise decoder
-    layers; decode_attention: the sampler's one-token attention ("xla" | "pallas": the Pallas GPU
+    layers; remat_policy: what a rematerialised layer keeps ("nothing" | "dots": the projections'
+    outputs, no matmul recomputed but the attention's, for more memory); decode_attention: the sampler's one-token attention ("xla" | "pallas": the Pallas GPU
     kernels of ``models.decode_attention``, interpreted off GPU); logprob_chunk: vocabulary columns per chunk of the log-prob passes (train step,
     reference pass; None = ``logprobs.pick_vocab_chunk(V)``, divisor of V in [4096, 8192])."""
 
@@ -69,6 +70,7 @@ class ModelSettings:
     compute_dtype: str = "bfloat16"
     reference_dtype: str = ""
     remat: bool = True
+    remat_policy: str = "nothing"
     decode_attention: str = "xla"
     logprob_chunk: int | None = None
 
@@ -82,6 +84,8 @@ class ModelSettings:
         if self.reference_dtype not in ("",) + DTYPES:
             raise ValueError(f"model.reference_dtype={self.reference_dtype!r} must be '', 'float32' or 'bfloat16'")
         check_type(self.remat, "model.remat", bool)
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"model.remat_policy={self.remat_policy!r} must be one of {REMAT_POLICIES}")
         if self.decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"model.decode_attention={self.decode_attention!r} must be one of {DECODE_ATTENTION}")
         if self.logprob_chunk is not None:

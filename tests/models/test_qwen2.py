@@ -180,6 +180,30 @@ def test_remat_gradients_equal_plain_gradients():
                  g_plain, g_remat)
 
 
+def test_remat_policy_dots_keeps_the_projections_and_recomputes_no_matmul_but_attention():
+    config = _tiny()
+    params = qwen2.init_params(config, jax.random.key(3))
+    tokens = jax.random.randint(jax.random.key(4), (2, 7), 0, config.vocab_size)
+    grad = jax.jit(jax.grad(_loss), static_argnums=1)
+    dots = {}
+    for name, cfg in (("plain", config), ("nothing", config.replace(remat=True)),
+                      ("dots", config.replace(remat=True, remat_policy="dots"))):
+        dots[name] = grad.lower(params, cfg, tokens).as_text().count("dot_general")
+    # (the layers are one scanned body: counts are per layer) under "nothing" the backward pass runs
+    # the projections whose outputs it needs (q, k, v, gate, up) and the attention again; under "dots"
+    # only the attention's two matmuls (scores, weighted values)
+    assert dots["dots"] - dots["plain"] == 2
+    assert dots["nothing"] - dots["dots"] >= 5
+    g_plain = grad(params, config, tokens)
+    g_dots = grad(params, config.replace(remat=True, remat_policy="dots"), tokens)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), g_plain, g_dots)
+
+
+def test_remat_policy_is_checked():
+    with pytest.raises(ValueError, match="remat_policy='some'"):
+        _tiny().replace(remat_policy="some")
+
+
 def test_every_param_has_logical_axes():
     config = _tiny()
     shapes = qwen2.abstract_params(config)

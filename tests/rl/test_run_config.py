@@ -46,6 +46,7 @@ def test_defaults_are_the_papers_hyperparameters():
     (lambda: EvalSettings(options=((1, 2),)), r"eval.options=\(\(1, 2\),\) must be \(name, value\) pairs"),
     (lambda: ModelSettings(dtype="float16"), r"model.dtype='float16' must be"),
     (lambda: ModelSettings(reference_dtype="f16"), r"model.reference_dtype='f16' must be '', 'float32' or 'bfloat16'"),
+    (lambda: ModelSettings(remat_policy="all"), r"model.remat_policy='all' must be one of \('nothing', 'dots'\)"),
     (lambda: OptimSettings(mu_dtype="int8"), r"optim.mu_dtype='int8' must be '', 'float32' or 'bfloat16'"),
     (lambda: OptimSettings(schedule="step"), r"optim.schedule='step' is not one of"),
     (lambda: OptimSettings(learning_rate=0.0), r"optim.learning_rate=0.0 must be a finite number > 0"),
@@ -188,14 +189,14 @@ def _parse(tmp_path, *overrides):
 def test_command_line_overrides_of_typed_fields(tmp_path):
     run = _parse(tmp_path, "--config.eval.ks=(1,2,4)", "--config.rollout.eos_ids=(151645,151643)",
                  "--config.algo.estimator_options=(('baseline','loo1'),('clamp_delta',None))",
-                 "--config.data.chat=true", "--config.model.logprob_chunk=4096",
+                 "--config.data.chat=true", "--config.model.logprob_chunk=4096", "--config.model.remat_policy=dots",
                  "--config.data.options=(('seed',3),('difficulty','easy'))",
                  "--config.algo.loss.kind=is_weighted", "--config.rollout.sampler.temperature=0.7",
                  "--config.algo.behaviour_logprobs=sampler")
     assert run.algo.behaviour_logprobs == "sampler"
     assert run.eval.ks == (1, 2, 4) and run.rollout.eos_ids == (151645, 151643)
     assert run.algo.estimator_options == (("baseline", "loo1"), ("clamp_delta", None))
-    assert run.data.chat is True and run.model.logprob_chunk == 4096
+    assert run.data.chat is True and run.model.logprob_chunk == 4096 and run.model.remat_policy == "dots"
     assert run.data.options == (("difficulty", "easy"), ("seed", 3))
     assert run.algo.loss.kind == "is_weighted" and run.rollout.sampler.temperature == 0.7
     assert run.eval_ks() == (1, 2, 4)
