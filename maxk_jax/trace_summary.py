@@ -41,7 +41,8 @@ def kernel_breakdown(events: list[dict[str, Any]], module: str, steps: int, top:
     """Per-step time of ``module``'s events (microseconds; ``steps``: loop iterations the trace holds).
 
     Returns ``events_per_step``, ``busy_us_per_step`` (summed durations), ``span_us_per_step``
-    (first start to last end / steps; busy < span means idle gaps), and ``top_kernels`` /
+    (first start to last end / steps; on a GPU busy < span means idle gaps; on CPU host events nest,
+    a loop's event holding its body's, so busy can exceed span), and ``top_kernels`` /
     ``top_classes``: the ``top`` largest ``{"name", "us_per_step", "per_step", "median_us"}`` by
     summed time, per exact kernel name and per :func:`kernel_class`.
     """
