@@ -10,14 +10,17 @@ them back (scores, max, exponentials, the weighted sums: about 2.8x the bytes of
 * **prompt kernel**, one program per (prompt, KV head, tile of up to ``Q_TILE`` queries): the
   ``n * G`` queries of that prompt's ``n`` sample rows and the KV head's ``G`` query heads (no
   repetition of K/V per query head) against the prompt's K/V block, in blocks of ``block_k``
-  slots with an online softmax; each prompt block is read once per query tile (once for 16 x 8
-  rollouts; 12 times, mostly from L2, for the 1 x 128 evaluation shape);
+  slots with an online softmax, writing a float32 partial result and its softmax statistics;
+  each prompt block is read once per query tile (once for 16 x 8 rollouts; 13 times, mostly
+  from L2, for the 1 x 128 evaluation shape);
 * **own kernel**, one program per (row, KV head): the row's ``G`` queries against its own cache,
-  looping over ``ceil(length / block_k)`` blocks only (the slots not generated yet are not read);
-* the two partial results and the token's own key are merged with their softmax statistics
-  (max, denominator) in float32: the result equals attention over the concatenated keys up to
-  float rounding. K and V are read in their own dtype, scores and sums accumulate in float32 and
-  the probabilities enter the V products in the cache dtype (as ``attend_decode`` does).
+  looping over ``ceil(length / block_k)`` blocks only (the slots not generated yet are not read),
+  then merging that with the prompt kernel's partial result for the row and the token's own key
+  by their softmax statistics (max, denominator) in float32, and storing the row's ``G`` heads
+  of the output in place (masked store: no padded copy, no merge kernel). The result equals
+  attention over the concatenated keys up to float rounding. K and V are read in their own
+  dtype, scores and sums accumulate in float32 and the probabilities enter the V products in the
+  cache dtype (as ``attend_decode`` does).
 
 Off GPU the kernels run in Pallas' interpret mode (what the tests use on CPU); shapes the Triton
 kernels cannot tile (head dim or slot count below 16) fall back to ``attend_decode``. On a sharded
@@ -96,8 +99,12 @@ def _prompt_kernel(q_ref, k_ref, v_ref, valid_ref, o_ref, m_ref, l_ref, *, bk, s
     o_ref[...], m_ref[...], l_ref[...] = o, m, l
 
 
-def _own_kernel(length_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, bk, slots, scale):
-    """Program (row b, KV head k): q_ref [Gp, D], k_ref/v_ref [S, D]; slots < length are live."""
+def _own_kernel(length_ref, q_ref, k_ref, v_ref, k_new_ref, v_new_ref, o_p_ref, m_p_ref, l_p_ref, out_ref, *,
+                bk, slots, scale, n, g):
+    """Program (row b, KV head k): q_ref [Gp, D], k_ref/v_ref [S, D] (slots < length are live),
+    k_new_ref/v_new_ref [D] (the token's own key and value), o_p_ref [Q, D] / m_p_ref, l_p_ref [Q]
+    (the prompt kernel's partial result for the row's prompt; the row's G heads from row ``b % n``
+    times G) -> out_ref [Gp, D]: the attention over prompt, own slots and the token itself."""
     q = q_ref[...]
     nq, d = q.shape
     length = jnp.minimum(length_ref[0], slots)
@@ -109,7 +116,18 @@ def _own_kernel(length_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, bk, slo
 
     init = (jnp.zeros((nq, d), jnp.float32), jnp.full((nq,), NEG, jnp.float32), jnp.zeros((nq,), jnp.float32))
     o, m, l = jax.lax.fori_loop(0, pl.cdiv(length, bk), body, init)   # only the live blocks
-    o_ref[...], m_ref[...], l_ref[...] = o, m, l
+
+    # merge with the prompt block and the token's own key by their softmax statistics (float32)
+    rows = pl.ds((pl.program_id(0) % n) * g, nq)
+    o_p, m_p, l_p = o_p_ref[rows, :], m_p_ref[rows], l_p_ref[rows]
+    s_self = jnp.sum(q.astype(jnp.float32) * k_new_ref[...].astype(jnp.float32)[None, :], axis=1) * scale
+    m_all = jnp.maximum(jnp.maximum(m_p, m), s_self)
+    w_p, w_c, w_s = jnp.exp(m_p - m_all), jnp.exp(m - m_all), jnp.exp(s_self - m_all)
+    denom = l_p * w_p + l * w_c + w_s
+    out = o_p * w_p[:, None] + o * w_c[:, None] + w_s[:, None] * v_new_ref[...].astype(jnp.float32)[None, :]
+    # out_ref holds the row's G heads only: the Gp - G padding rows are not stored
+    keep = (jnp.arange(nq) < g)[:, None]
+    plgpu.store(out_ref.at[pl.ds(0, nq), :], (out / denom[:, None]).astype(out_ref.dtype), mask=keep)
 
 
 def _compiler_params(interpret: bool) -> plgpu.CompilerParams | None:
@@ -203,9 +221,10 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     qg = q.reshape(b, kv, g, d)
 
     # Prompt block: queries [P, K, n*G (padded), D], one program per (prompt, KV head, tile of
-    # at most Q_TILE query rows).
+    # at most Q_TILE query rows). Padded so that every row's window of Gp rows (below) is in range.
+    ng = _pow2(g)
     qt = min(_pow2(n * g), Q_TILE)
-    nq = -(-n * g // qt) * qt
+    nq = -(-max(n * g, (n - 1) * g + ng) // qt) * qt
     qp = qg.reshape(p, n, kv, g, d).transpose(0, 2, 1, 3, 4).reshape(p, kv, n * g, d)
     qp = jnp.pad(qp, ((0, 0), (0, 0), (0, nq - n * g), (0, 0)))
     bk = _block(tp, block_k)
@@ -220,32 +239,25 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
         compiler_params=params, interpret=interpret, name="decode_attention_prompt",
     )(qp, prompt_k, prompt_v, prompt_valid.astype(jnp.int32))
 
-    def rows(x):   # [P, K, n*G(+pad), ...] -> [B, K, G, ...]
-        x = x[:, :, :n * g].reshape(p, kv, n, g, *x.shape[3:])
-        return jnp.moveaxis(x, 2, 1).reshape(b, kv, g, *x.shape[4:])
-
-    o_p, m_p, l_p = rows(o_p), rows(m_p), rows(l_p)
-
-    # Own generated slots: queries [B, K, G (padded), D], one program per (row, KV head).
-    ng = _pow2(g)
+    # Own generated slots, then the merge with the prompt block's partial result and the token's
+    # own key: queries [B, K, G (padded), D], one program per (row, KV head); the row's G heads sit
+    # at rows (b % n) * G ... of its prompt's partial result.
     qo = jnp.pad(qg, ((0, 0), (0, 0), (0, ng - g), (0, 0)))
     bk = _block(s_own, block_k)
-    o_c, m_c, l_c = pl.pallas_call(
-        functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale),
+    out = pl.pallas_call(
+        functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale, n=n, g=g),
         grid=(b, kv),
         in_specs=[pl.BlockSpec((1,), lambda i, j: (0,)),
                   pl.BlockSpec((None, None, ng, d), lambda i, j: (i, j, 0, 0)),
                   pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0)),
-                  pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0))],
-        **_partial_outputs((b, kv), ng, d),
+                  pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0)),
+                  pl.BlockSpec((None, None, d), lambda i, j: (i, j, 0)),
+                  pl.BlockSpec((None, None, d), lambda i, j: (i, j, 0)),
+                  pl.BlockSpec((None, None, nq, d), lambda i, j: (i // n, j, 0, 0)),
+                  pl.BlockSpec((None, None, nq), lambda i, j: (i // n, j, 0)),
+                  pl.BlockSpec((None, None, nq), lambda i, j: (i // n, j, 0))],
+        out_specs=pl.BlockSpec((None, None, g, d), lambda i, j: (i, j, 0, 0)),
+        out_shape=jax.ShapeDtypeStruct((b, kv, g, d), q.dtype),
         compiler_params=params, interpret=interpret, name="decode_attention_own",
-    )(jnp.reshape(length, (1,)).astype(jnp.int32), qo, cache_k, cache_v)
-    o_c, m_c, l_c = o_c[:, :, :g], m_c[:, :, :g], l_c[:, :, :g]
-
-    # Merge the two blocks and the token's own key by their softmax statistics (float32).
-    s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=jnp.float32) * scale
-    m = jnp.maximum(jnp.maximum(m_p, m_c), s_self)
-    w_p, w_c, w_s = jnp.exp(m_p - m), jnp.exp(m_c - m), jnp.exp(s_self - m)
-    denom = l_p * w_p + l_c * w_c + w_s
-    out = o_p * w_p[..., None] + o_c * w_c[..., None] + w_s[..., None] * v_new[:, :, None, :].astype(jnp.float32)
-    return (out / denom[..., None]).astype(q.dtype).reshape(b, h, d)
+    )(jnp.reshape(length, (1,)).astype(jnp.int32), qo, cache_k, cache_v, k_new, v_new, o_p, m_p, l_p)
+    return out.reshape(b, h, d)
