@@ -100,12 +100,15 @@ def _prompt_kernel(q_ref, k_ref, v_ref, valid_ref, o_ref, m_ref, l_ref, *, bk, s
 
 
 def _own_kernel(length_ref, q_ref, k_ref, v_ref, k_new_ref, v_new_ref, o_p_ref, m_p_ref, l_p_ref, out_ref, *,
-                bk, slots, scale, n, g):
-    """Program (row b, KV head k): q_ref [Gp, D], k_ref/v_ref [S, D] (slots < length are live),
-    k_new_ref/v_new_ref [D] (the token's own key and value), o_p_ref [Q, D] / m_p_ref, l_p_ref [Q]
-    (the prompt kernel's partial result for the row's prompt; the row's G heads from row ``b % n``
-    times G) -> out_ref [Gp, D]: the attention over prompt, own slots and the token itself."""
-    q = q_ref[...]
+                bk, slots, scale, n, g, gp):
+    """Program (row b, KV head k): q_ref [Q, D] (the queries of the row's prompt in the prompt
+    kernel's layout: the row's G heads from row ``(b % n) * G``), k_ref/v_ref [S, D] (slots <
+    length are live), k_new_ref/v_new_ref [D] (the token's own key and value), o_p_ref [Q, D] /
+    m_p_ref, l_p_ref [Q] (the prompt kernel's partial result, same layout) -> out_ref [G, D]: the
+    attention over prompt, own slots and the token itself. Works on a window of ``gp`` (a power of
+    two >= G) rows; the rows past G belong to other rows or padding and are not stored."""
+    rows = pl.ds((pl.program_id(0) % n) * g, gp)
+    q = q_ref[rows, :]
     nq, d = q.shape
     length = jnp.minimum(length_ref[0], slots)
 
@@ -118,14 +121,13 @@ def _own_kernel(length_ref, q_ref, k_ref, v_ref, k_new_ref, v_new_ref, o_p_ref, 
     o, m, l = jax.lax.fori_loop(0, pl.cdiv(length, bk), body, init)   # only the live blocks
 
     # merge with the prompt block and the token's own key by their softmax statistics (float32)
-    rows = pl.ds((pl.program_id(0) % n) * g, nq)
     o_p, m_p, l_p = o_p_ref[rows, :], m_p_ref[rows], l_p_ref[rows]
     s_self = jnp.sum(q.astype(jnp.float32) * k_new_ref[...].astype(jnp.float32)[None, :], axis=1) * scale
     m_all = jnp.maximum(jnp.maximum(m_p, m), s_self)
     w_p, w_c, w_s = jnp.exp(m_p - m_all), jnp.exp(m - m_all), jnp.exp(s_self - m_all)
     denom = l_p * w_p + l * w_c + w_s
     out = o_p * w_p[:, None] + o * w_c[:, None] + w_s[:, None] * v_new_ref[...].astype(jnp.float32)[None, :]
-    # out_ref holds the row's G heads only: the Gp - G padding rows are not stored
+    # out_ref holds the row's G heads only: the window's other rows are not stored
     keep = (jnp.arange(nq) < g)[:, None]
     plgpu.store(out_ref.at[pl.ds(0, nq), :], (out / denom[:, None]).astype(out_ref.dtype), mask=keep)
 
@@ -240,15 +242,14 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     )(qp, prompt_k, prompt_v, prompt_valid.astype(jnp.int32))
 
     # Own generated slots, then the merge with the prompt block's partial result and the token's
-    # own key: queries [B, K, G (padded), D], one program per (row, KV head); the row's G heads sit
-    # at rows (b % n) * G ... of its prompt's partial result.
-    qo = jnp.pad(qg, ((0, 0), (0, 0), (0, ng - g), (0, 0)))
+    # own key: one program per (row, KV head), reading the row's queries and partial result in the
+    # prompt kernel's layout (its G heads at rows (b % n) * G ... of its prompt's).
     bk = _block(s_own, block_k)
     out = pl.pallas_call(
-        functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale, n=n, g=g),
+        functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale, n=n, g=g, gp=ng),
         grid=(b, kv),
         in_specs=[pl.BlockSpec((1,), lambda i, j: (0,)),
-                  pl.BlockSpec((None, None, ng, d), lambda i, j: (i, j, 0, 0)),
+                  pl.BlockSpec((None, None, nq, d), lambda i, j: (i // n, j, 0, 0)),
                   pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0)),
                   pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0)),
                   pl.BlockSpec((None, None, d), lambda i, j: (i, j, 0)),
@@ -259,5 +260,5 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
         out_specs=pl.BlockSpec((None, None, g, d), lambda i, j: (i, j, 0, 0)),
         out_shape=jax.ShapeDtypeStruct((b, kv, g, d), q.dtype),
         compiler_params=params, interpret=interpret, name="decode_attention_own",
-    )(jnp.reshape(length, (1,)).astype(jnp.int32), qo, cache_k, cache_v, k_new, v_new, o_p, m_p, l_p)
+    )(jnp.reshape(length, (1,)).astype(jnp.int32), qp, cache_k, cache_v, k_new, v_new, o_p, m_p, l_p)
     return out.reshape(b, h, d)
