@@ -13,7 +13,7 @@ import numpy as np
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 #: Implementations of the one-token decode attention (config field `decode_attention`).
 DECODE_ATTENTION = ("xla", "pallas")
-#: Qwen2Config.remat_policy values -> the jax.checkpoint policy of a rematerialised decoder layer.
+#: Values of Qwen2Config.remat_policy (``qwen2.remat_policy`` gives each one's jax.checkpoint policy).
 REMAT_POLICIES = ("nothing", "dots")
 
 
@@ -39,8 +39,8 @@ class Qwen2Config:
     param_dtype: str = "float32"  # storage dtype of the parameters
     remat: bool = False  # rematerialise each decoder layer in the backward pass
     # what a rematerialised layer keeps from its forward pass (REMAT_POLICIES): nothing (recompute the
-    # whole layer: least memory) | dots (keep every projection output: no matmul recomputed but the
-    # attention's; more memory)
+    # whole layer: least memory) | dots (keep q, k, v, the attention output and the MLP's gate / up:
+    # no matmul recomputed but the attention's; more memory)
     remat_policy: str = "nothing"
     # full/prefill attention: auto | xla | chunked | dot_product (models.attention); auto = dot_product
     # (cuDNN flash) when compiling for a GPU, chunked elsewhere
