@@ -233,7 +233,8 @@ def jax_train(config: Any, data: dict[str, np.ndarray], n: int, k: int, micro: i
     steady, all_s = _median_time(run, repeats)
     tokens = data["tokens"].size
     flops = model_flops(config, b, data["tokens"].shape[1], data["completion_mask"].shape[1])
-    out = {"attention": config.attention, "remat_policy": config.remat_policy, "first_call_s": first, "steady_s": steady, "all_s": all_s, "loss0": loss0,
+    out = {"attention": config.attention, "remat_policy": config.remat_policy, "first_call_s": first,
+           "steady_s": steady, "all_s": all_s, "loss0": loss0,
            "tokens_per_s": tokens / steady, "model_tflops": flops / steady / 1e12, "peak_mem_gb": None}
     peak = _peak_memory()
     if peak is not None:

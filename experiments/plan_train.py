@@ -123,13 +123,15 @@ def gpu_target(config: qwen2.Qwen2Config, cfg: training.StepConfig) -> None:
              f"params {FLAGS.param_dtype}, compute {FLAGS.dtype}, remat {FLAGS.remat} (policy {config.remat_policy}), "
              f"attention {config.attention}, Adam (mu {FLAGS.mu_dtype}); one deviceless {row['target_source']}; "
              "compiled.memory_analysis(), state donated\n\n"
-             "| args GiB | outputs GiB | temps GiB | alias GiB | total GiB | compile s |\n|---:|---:|---:|---:|---:|---:|\n"
+             "| args GiB | outputs GiB | temps GiB | alias GiB | total GiB | compile s |\n"
+             "|---:|---:|---:|---:|---:|---:|\n"
              f"| {row['args'] / GIB:.2f} | {row['outputs'] / GIB:.2f} | {row['temps'] / GIB:.2f} | "
              f"{row['alias'] / GIB:.2f} | **{row['total'] / GIB:.2f}** | {row['compile_s']} |\n\n"
              "| chip | 85 % of memory GiB | fits |\n|---|---:|---|\n")
     for spec in FLAGS.chip_gib:
         gib, name = spec.split(":", 1)
-        table += f"| {name} | {0.85 * float(gib):.1f} | {'yes' if row['total'] / GIB <= 0.85 * float(gib) else 'no'} |\n"
+        fits = "yes" if row["total"] / GIB <= 0.85 * float(gib) else "no"
+        table += f"| {name} | {0.85 * float(gib):.1f} | {fits} |\n"
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"plan_train_{FLAGS.target}.md").write_text(table)
