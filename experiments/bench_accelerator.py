@@ -328,12 +328,14 @@ def main(argv: list[str]) -> None:
         if over_budget(name):
             return
         t0 = time.perf_counter()
+        outcome = "done"
         try:
             res[name] = fn()
         except Exception as e:  # noqa: BLE001 -- a lent machine's minutes: record it, run the other parts
             failed(name, e)
+            outcome = "failed"
         res["parts_s"][name] = time.perf_counter() - t0
-        print(f"{name}: done in {res['parts_s'][name]:.1f} s", flush=True)
+        print(f"{name}: {outcome} in {res['parts_s'][name]:.1f} s", flush=True)
         write(res, out)
 
     def failed(what: str, e: Exception) -> None:
