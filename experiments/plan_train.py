@@ -96,7 +96,13 @@ def step_peak_markdown(config: qwen2.Qwen2Config, rows: list[dict]) -> str:
            "temps without XLA:CPU's float32 copies of bf16 weights, which GPU / TPU compilers do not make; the "
            "update's temps as compiled, a conservative figure when the params are bf16):\n\n| phase | GiB per device |\n|---|---:|\n")
     out += "".join(f"| {name} | {v / GIB:.2f} |\n" for name, v in phases.items())
-    out += f"| **peak** | **{peak / GIB:.2f}** |\n\n| chip | 85 % of memory GiB | fits |\n|---|---:|---|\n"
+    out += f"| **peak** | **{peak / GIB:.2f}** |\n\n" + chips_markdown(peak)
+    return out
+
+
+def chips_markdown(peak: float) -> str:
+    """Markdown table: does ``peak`` bytes per device fit 85 % of each --chip_gib chip's memory."""
+    out = "| chip | 85 % of memory GiB | fits |\n|---|---:|---|\n"
     for spec in FLAGS.chip_gib:
         gib, name = spec.split(":", 1)
         budget = 0.85 * float(gib)
@@ -127,11 +133,7 @@ def gpu_target(config: qwen2.Qwen2Config, cfg: training.StepConfig) -> None:
              "|---:|---:|---:|---:|---:|---:|\n"
              f"| {row['args'] / GIB:.2f} | {row['outputs'] / GIB:.2f} | {row['temps'] / GIB:.2f} | "
              f"{row['alias'] / GIB:.2f} | **{row['total'] / GIB:.2f}** | {row['compile_s']} |\n\n"
-             "| chip | 85 % of memory GiB | fits |\n|---|---:|---|\n")
-    for spec in FLAGS.chip_gib:
-        gib, name = spec.split(":", 1)
-        fits = "yes" if row["total"] / GIB <= 0.85 * float(gib) else "no"
-        table += f"| {name} | {0.85 * float(gib):.1f} | {fits} |\n"
+             + chips_markdown(row["total"]))
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"plan_train_{FLAGS.target}.md").write_text(table)

@@ -43,7 +43,6 @@ import numpy as np
 from maxk_jax import memory_plan, sample_plan
 from maxk_jax import sharding as sh
 from maxk_jax.models import qwen2
-from maxk_jax.rl import training
 from maxk_jax.sampling import SamplerSettings, decode_loop
 
 TARGET_DIR = pathlib.Path(__file__).resolve().parent / "targets"
@@ -372,14 +371,7 @@ def gpu_train_memory(config: qwen2.Qwen2Config, step_config: Any, sequences: int
     if sequences < 1 or prompt_len < 1 or completion_len < 1:
         raise ValueError(f"sequences, prompt_len and completion_len must be >= 1, got {sequences}, {prompt_len}, "
                          f"{completion_len}")
-    mesh = target_mesh(target)
-    tx, schedule = training.make_optimizer(5e-6, total_steps=1000, mu_dtype=mu_dtype)
-    state, shardings = training.abstract_train_state(config, tx, mesh)
-    batch = memory_plan.abstract_batch(mesh, sequences, prompt_len, completion_len, step_config.loss.needs_reference)
-    step = training.make_train_step(config, step_config, tx, mesh, shardings, schedule=schedule)
-    t0 = time.perf_counter()
-    with sh.activation_sharding(mesh):
-        compiled = step.lower(state, batch).compile()
-    row = memory_plan.memory_row(target, compiled, time.perf_counter() - t0)
+    row, _ = memory_plan.compile_train_step(config, step_config, target_mesh(target), target, sequences=sequences,
+                                            prompt_len=prompt_len, completion_len=completion_len, mu_dtype=mu_dtype)
     return {**row, "target": target, "target_source": target_config(target)[1], "remat": config.remat,
             "remat_policy": config.remat_policy}

@@ -325,6 +325,22 @@ def cpu_weight_upcast(text: str, params: Any) -> int:
     return sum(min(seen[s], leaves[s]) * 4 * math.prod(int(d) for d in s.split(",") if d) for s in seen)
 
 
+def compile_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, mesh: jax.sharding.Mesh, name: str, *,
+                       sequences: int, prompt_len: int, completion_len: int, mu_dtype: str | None = None
+                       ) -> tuple[Row, tuple[Any, Any, training.Batch]]:
+    """AOT-compile the RL train step (Adam, lr 5e-6, first moment in ``mu_dtype``, donated state) on
+    ``sequences`` rows of ``prompt_len + completion_len`` tokens on ``mesh`` (simulated CPU devices
+    or a deviceless GPU) -> (its :func:`memory_row` named ``name``, (the abstract state, its
+    shardings, the abstract batch))."""
+    tx, schedule = training.make_optimizer(5e-6, total_steps=1000, mu_dtype=mu_dtype)
+    state, shardings = training.abstract_train_state(config, tx, mesh)
+    batch = abstract_batch(mesh, sequences, prompt_len, completion_len, cfg.loss.needs_reference)
+    step = training.make_train_step(config, cfg, tx, mesh, shardings, schedule=schedule)
+    t0 = time.perf_counter()
+    compiled = step.lower(state, batch).compile()
+    return memory_row(name, compiled, time.perf_counter() - t0), (state, shardings, batch)
+
+
 def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str, *,
                     sequences: int, prompt_len: int, completion_len: int, dump_dir: str,
                     breakdown: int, ref: bool, mu_dtype: str | None = None,
@@ -335,13 +351,9 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
     params'). Each row also has ``temp_breakdown`` (``breakdown`` largest temps, read from
     ``dump_dir``) and ``state_analytic`` (bytes of this device's shard of the state / params)."""
     mesh = sh.make_mesh(**parse_layout(layout))
-    tx, schedule = training.make_optimizer(5e-6, total_steps=1000, mu_dtype=mu_dtype)
-    state, shardings = training.abstract_train_state(config, tx, mesh)
-    batch = abstract_batch(mesh, sequences, prompt_len, completion_len, cfg.loss.needs_reference)
-    step = training.make_train_step(config, cfg, tx, mesh, shardings, schedule=schedule)
-    t0 = time.perf_counter()
-    compiled = step.lower(state, batch).compile()
-    row = memory_row(layout, compiled, time.perf_counter() - t0)
+    row, (state, shardings, batch) = compile_train_step(config, cfg, mesh, layout, sequences=sequences,
+                                                        prompt_len=prompt_len, completion_len=completion_len,
+                                                        mu_dtype=mu_dtype)
     row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_step", breakdown, config.vocab_size)
     row["state_analytic"] = state_bytes_per_device(state)
     rows = [row]
