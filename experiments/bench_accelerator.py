@@ -325,18 +325,26 @@ def main(argv: list[str]) -> None:
             res[name + "_skipped"] = "torch/transformers not importable" if not has_torch else "no CUDA device"
             print(f"{name}: skipped ({res[name + '_skipped']})")
             return
-        if over_budget(name):
-            return
         t0 = time.perf_counter()
-        outcome = "done"
-        try:
-            res[name] = fn()
-        except Exception as e:  # noqa: BLE001 -- a lent machine's minutes: record it, run the other parts
-            failed(name, e)
-            outcome = "failed"
+        status, result = attempt(name, fn)
+        if status == "skipped":
+            return
+        if status == "done":
+            res[name] = result
         res["parts_s"][name] = time.perf_counter() - t0
-        print(f"{name}: {outcome} in {res['parts_s'][name]:.1f} s", flush=True)
+        print(f"{name}: {status} in {res['parts_s'][name]:.1f} s", flush=True)
         write(res, out)
+
+    def attempt(what: str, fn: Callable[[], Any]) -> tuple[str, Any]:
+        """("done", fn()); ("skipped", None) once --time_budget_s is spent; ("failed", None) when fn
+        raises: on a lent machine's minutes a failure is recorded and the other parts and cases run."""
+        if over_budget(what):
+            return "skipped", None
+        try:
+            return "done", fn()
+        except Exception as e:  # noqa: BLE001 -- e.g. out of memory, a compile failure
+            failed(what, e)
+            return "failed", None
 
     def failed(what: str, e: Exception) -> None:
         """Record (JSON ``errors``, the table's footer) and print a failed part or case; the run
@@ -364,14 +372,11 @@ def main(argv: list[str]) -> None:
         for policy in FLAGS.train_remat:
             for attention in FLAGS.train_attention:
                 what = f"train remat_policy={policy} attention={attention}"
-                if over_budget(what):
+                status, row = attempt(what, lambda: jax_train(train_config.replace(
+                    attention=attention, remat_policy=policy), data, n, k, micro, FLAGS.repeats, FLAGS.seed))
+                if status != "done":
                     continue
-                try:
-                    rows.append(jax_train(train_config.replace(attention=attention, remat_policy=policy), data, n,
-                                          k, micro, FLAGS.repeats, FLAGS.seed))
-                except Exception as e:  # noqa: BLE001 -- e.g. out of memory: the other rows still run
-                    failed(what, e)
-                    continue
+                rows.append(row)
                 print(f"  {what}: {rows[-1]['tokens_per_s']:,.0f} tok/s (first call {rows[-1]['first_call_s']:.1f} s)",
                       flush=True)
                 write({**res, "train": rows}, out)
@@ -386,13 +391,10 @@ def main(argv: list[str]) -> None:
             params = jax.jit(qwen2.init_params, static_argnums=0)(config, jax.random.key(FLAGS.seed))
             for case in cases:
                 for attention in FLAGS.decode_attention:
-                    if over_budget(f"decode {name} {case_text(case)} {attention}"):
-                        continue
-                    try:
-                        row = decode_case(config.replace(decode_attention=attention), params, case,
-                                          FLAGS.repeats, bandwidth or float("nan"), FLAGS.seed)
-                    except Exception as e:  # noqa: BLE001 -- the other cases still run
-                        failed(f"decode {name} {case_text(case)} {attention}", e)
+                    status, row = attempt(f"decode {name} {case_text(case)} {attention}", lambda: decode_case(
+                        config.replace(decode_attention=attention), params, case, FLAGS.repeats,
+                        bandwidth or float("nan"), FLAGS.seed))
+                    if status != "done":
                         continue
                     if bandwidth is None:
                         row = {k: v for k, v in row.items() if not k.startswith("roofline") and k != "frac_of_roofline"}
@@ -404,14 +406,13 @@ def main(argv: list[str]) -> None:
         return rows
 
     part("decode", decode_all)
-    if FLAGS.profile_dir and not over_budget("profile"):
+    if FLAGS.profile_dir:
         config = first_config.replace(dtype="bfloat16", param_dtype="bfloat16")
-        try:
-            res["profiles"] = [{"preset": first_name, **r} for r in profile_decode(
-                config, cases[0], FLAGS.decode_attention, FLAGS.profile_tokens, pathlib.Path(FLAGS.profile_dir),
-                FLAGS.seed)]
-        except Exception as e:  # noqa: BLE001 -- what was measured is still written below
-            failed("profile", e)
+        status, profiles = attempt("profile", lambda: profile_decode(
+            config, cases[0], FLAGS.decode_attention, FLAGS.profile_tokens, pathlib.Path(FLAGS.profile_dir),
+            FLAGS.seed))
+        if status == "done":
+            res["profiles"] = [{"preset": first_name, **r} for r in profiles]
     res["total_s"] = time.perf_counter() - t_start
     table = write(res, out, png=True)
     print(table)
