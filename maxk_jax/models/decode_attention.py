@@ -137,17 +137,14 @@ def _compiler_params(interpret: bool) -> plgpu.CompilerParams | None:
     return None if interpret else plgpu.CompilerParams(num_warps=4, num_stages=2)
 
 
-def _partial_outputs(grid: tuple[int, ...], rows: int, d: int) -> dict:
-    """``out_specs`` / ``out_shape`` of a kernel on ``grid`` = (programs, kv[, row tiles]) writing its
-    float32 partial result: o [programs, kv, rows, D] and the softmax statistics m, l [programs, kv,
-    rows]; with a third grid axis each program writes its tile of ``rows // grid[2]`` rows."""
-    programs, kv = grid[:2]
-    tile = rows // grid[2] if len(grid) == 3 else rows
-    if len(grid) == 3:
-        o_map, s_map = (lambda i, j, t: (i, j, t, 0)), (lambda i, j, t: (i, j, t))
-    else:
-        o_map, s_map = (lambda i, j: (i, j, 0, 0)), (lambda i, j: (i, j, 0))
-    specs = [pl.BlockSpec((None, None, tile, d), o_map)] + [pl.BlockSpec((None, None, tile), s_map)] * 2
+def _partial_outputs(grid: tuple[int, int, int], rows: int, d: int) -> dict:
+    """``out_specs`` / ``out_shape`` of the prompt kernel on ``grid`` = (prompts, kv, row tiles): its
+    float32 partial result o [prompts, kv, rows, D] and softmax statistics m, l [prompts, kv, rows],
+    each program writing its tile of ``rows // grid[2]`` rows."""
+    programs, kv, tiles = grid
+    tile = rows // tiles
+    specs = [pl.BlockSpec((None, None, tile, d), lambda i, j, t: (i, j, t, 0))] + [
+        pl.BlockSpec((None, None, tile), lambda i, j, t: (i, j, t))] * 2
     shapes = [jax.ShapeDtypeStruct((programs, kv, rows, d), jnp.float32)] + [
         jax.ShapeDtypeStruct((programs, kv, rows), jnp.float32)] * 2
     return {"out_specs": specs, "out_shape": shapes}
