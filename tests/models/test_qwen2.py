@@ -202,6 +202,8 @@ def test_remat_policy_dots_keeps_the_projections_and_recomputes_no_matmul_but_at
 def test_remat_policy_is_checked():
     with pytest.raises(ValueError, match="remat_policy='some'"):
         _tiny().replace(remat_policy="some")
+    with pytest.raises(ValueError, match="remat_policy='some'"):
+        qwen2.remat_policy("some")
 
 
 def test_every_param_has_logical_axes():
