@@ -179,6 +179,22 @@ def _fused_traffic(comp: _Comp, operand_shapes: list[str]) -> tuple[int, int]:
     return read, written
 
 
+_ALIASED = re.compile(r"output_to_operand_aliasing=\{(.*?)\}, (?:[a-z_]+=|$)")
+_ARRAY_SHAPE = re.compile(r"[a-z]+[0-9]*\[[0-9,]*\](?:\{[^}]*\})?")
+
+
+def _aliased_output_bytes(shape: str, line: str) -> int:
+    """Bytes of the outputs of a custom call that alias an operand (``output_to_operand_aliasing``,
+    e.g. a Pallas kernel writing a slot of a KV cache in place): the kernel writes into the operand's
+    buffer only what it stores, not the whole output, so those outputs do not count as written."""
+    m = _ALIASED.search(line)
+    if not m:
+        return 0
+    elements = _ARRAY_SHAPE.findall(shape)
+    indices = {int(i) for i in re.findall(r"\{(\d+)\}\s*:", m.group(1))}
+    return sum(memory_plan.shape_bytes(elements[i]) for i in indices if i < len(elements))
+
+
 def decode_step_costs(text: str) -> dict[str, Any]:
     """Per iteration of the decode ``while`` loop of an optimized HLO module (the while whose body
     reaches the most computations) -> ``{"kernels", "materialized_bytes", "est_bytes",
@@ -205,7 +221,7 @@ def decode_step_costs(text: str) -> dict[str, Any]:
         else:
             result = memory_plan.shape_bytes(shape) if not op.endswith("-start") else memory_plan.shape_bytes(
                 shapes[0]) if shapes else 0
-            read, written = sum(memory_plan.shape_bytes(s) for s in shapes), result
+            read, written = sum(memory_plan.shape_bytes(s) for s in shapes), result - _aliased_output_bytes(shape, line)
             copy = op in ("copy", "copy-start") or (op == "custom-call" and "memcpy" in line.lower())
         kind = "fusion" if op in ("fusion", "fusion-start") else op
         out["kernels"] += times

@@ -135,6 +135,14 @@ def test_h100_plan_of_a_small_model():
     assert any("kernels per decode step" in line for line in gpu_plan.report_lines(r))
 
 
+def test_custom_call_outputs_aliased_to_an_operand_are_not_counted_as_written():
+    shape = "(bf16[8,2,6,16]{3,2,1,0}, bf16[8,2,255,16]{3,2,1,0}, bf16[8,2,255,16]{3,2,1,0})"
+    line = (f"  %k = {shape} custom-call(%a, %b, %c), custom_call_target=\"__gpu$xla.gpu.triton\", "
+            "output_to_operand_aliasing={{1}: (2, {}), {2}: (3, {})}, api_version=API_VERSION_TYPED_FFI")
+    assert gpu_plan._aliased_output_bytes(shape, line) == 2 * 8 * 2 * 255 * 16 * 2
+    assert gpu_plan._aliased_output_bytes(shape, line.replace("output_to_operand_aliasing", "x")) == 0
+
+
 def test_own_cache_unread_bytes_counts_the_slots_past_the_average_step():
     config = qwen2.Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=64, num_layers=3, num_heads=4,
                                num_kv_heads=2, dtype="bfloat16")
@@ -153,6 +161,10 @@ def test_h100_plan_with_the_pallas_decode_attention_and_xla_options():
     options = {"xla_gpu_experimental_force_split_k": 1}
     r = gpu_plan.gpu_decode_report(config, SamplerSettings(n=2, max_new_tokens=32), 2, 16, compiler_options=options)
     assert r["kernel_ops"].get("custom-call") == 2 * config.num_layers    # the two Triton kernels per layer
+    # the own-cache kernel writes the new K/V in place: no write kernel per layer, no cache copied
+    # (the one copy left is a scalar of the loop's bookkeeping)
+    writes = sum(t["times"] for t in r["traffic"] if t["op"] == "fusion:dynamic-update-slice")
+    assert writes < 2 * config.num_layers and r["materialized_bytes"] <= 8
     assert r["decode_attention"] == "pallas" and r["compiler_options"] == options
     assert r["est_live_over_ideal"] < r["est_over_ideal"]
     assert any("XLA options: xla_gpu_experimental_force_split_k=1" in line for line in gpu_plan.report_lines(r))

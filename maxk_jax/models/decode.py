@@ -73,7 +73,10 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
                                    qwen2.ACT_BTE)
     rope = qwen2.rope_tables(positions[:, None].astype(jnp.int32), config.head_dim_, config.rope_theta)
     mask = (cache.prompt_valid, jnp.arange(cache.max_len) < cache.length)
-    layer = qwen2.DecoderLayer(config, "decode")
+    # The Pallas attention writes each layer's new K/V into its cache block itself (in place, after
+    # reading it); the xla attention returns them and they are written below.
+    in_kernel = config.decode_attention == "pallas"
+    layer = qwen2.DecoderLayer(config, "decode", write_cache=in_kernel)
     new_k, new_v = [], []
     for i, layer_params in enumerate(params["layers"]):
         h, (k_i, v_i) = layer.apply({"params": layer_params}, h, (cache.prompt_k[i], cache.prompt_v[i],
@@ -81,6 +84,8 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
         new_k.append(k_i)
         new_v.append(v_i)
     logits = qwen2.output_logits(config, params, h)[:, 0]
+    if in_kernel:
+        return logits, cache.replace(k=tuple(new_k), v=tuple(new_v), length=cache.length + 1)
     # The barrier makes the writes wait for the logits, i.e. for every layer's read of the old
     # cache; otherwise XLA may schedule a write first and copy that layer's cache block.
     logits, new_k, new_v = jax.lax.optimization_barrier((logits, tuple(new_k), tuple(new_v)))

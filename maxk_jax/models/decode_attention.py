@@ -99,14 +99,17 @@ def _prompt_kernel(q_ref, k_ref, v_ref, valid_ref, o_ref, m_ref, l_ref, *, bk, s
     o_ref[...], m_ref[...], l_ref[...] = o, m, l
 
 
-def _own_kernel(length_ref, q_ref, k_ref, v_ref, k_new_ref, v_new_ref, o_p_ref, m_p_ref, l_p_ref, out_ref, *,
-                bk, slots, scale, n, g, gp):
+def _own_kernel(length_ref, q_ref, k_ref, v_ref, k_new_ref, v_new_ref, o_p_ref, m_p_ref, l_p_ref, out_ref,
+                *cache_refs, bk, slots, scale, n, g, gp):
     """Program (row b, KV head k): q_ref [Q, D] (the queries of the row's prompt in the prompt
     kernel's layout: the row's G heads from row ``(b % n) * G``), k_ref/v_ref [S, D] (slots <
     length are live), k_new_ref/v_new_ref [D] (the token's own key and value), o_p_ref [Q, D] /
     m_p_ref, l_p_ref [Q] (the prompt kernel's partial result, same layout) -> out_ref [G, D]: the
     attention over prompt, own slots and the token itself. Works on a window of ``gp`` (a power of
-    two >= G) rows; the rows past G belong to other rows or padding and are not stored."""
+    two >= G) rows; the rows past G belong to other rows or padding and are not stored. With
+    ``cache_refs`` = (k_out_ref, v_out_ref) [S, D], aliases of k_ref/v_ref, the token's key and value
+    are then written into slot ``length`` (nothing when ``length >= S``): the slots read are all
+    below it, so the write cannot change what this or any other program reads."""
     rows = pl.ds((pl.program_id(0) % n) * g, gp)
     q = q_ref[rows, :]
     nq, d = q.shape
@@ -130,6 +133,11 @@ def _own_kernel(length_ref, q_ref, k_ref, v_ref, k_new_ref, v_new_ref, o_p_ref, 
     # out_ref holds the row's G heads only: the window's other rows are not stored
     keep = (jnp.arange(nq) < g)[:, None]
     plgpu.store(out_ref.at[pl.ds(0, nq), :], (out / denom[:, None]).astype(out_ref.dtype), mask=keep)
+    if cache_refs:
+        slot = jnp.minimum(length_ref[0], slots - 1)
+        live = jnp.broadcast_to(length_ref[0] < slots, (1, d))
+        for new_ref, cache_ref in zip((k_new_ref, v_new_ref), cache_refs):
+            plgpu.store(cache_ref.at[pl.ds(slot, 1), :], new_ref[...][None, :].astype(cache_ref.dtype), mask=live)
 
 
 def _compiler_params(interpret: bool) -> plgpu.CompilerParams | None:
@@ -156,10 +164,11 @@ def supported(q: jax.Array, prompt_k: jax.Array, cache_k: jax.Array) -> bool:
     return d >= MIN_TILE and d & (d - 1) == 0 and prompt_k.shape[2] >= MIN_TILE and cache_k.shape[2] >= MIN_TILE
 
 
-@functools.partial(jax.jit, static_argnames=("block_k", "interpret"))
+@functools.partial(jax.jit, static_argnames=("block_k", "interpret", "write_cache"))
 def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array,
                          prompt_v: jax.Array, prompt_valid: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
-                         length: jax.Array, block_k: int = 64, interpret: bool | None = None) -> jax.Array:
+                         length: jax.Array, block_k: int = 64, interpret: bool | None = None,
+                         write_cache: bool = False) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
     """:func:`attend_decode` with own slots ``0 .. length - 1`` valid, by the Pallas kernels above.
 
     q [B,H,D], k_new/v_new [B,K,D]; prompt_k/prompt_v [P,K,Tp,D] with prompt_valid [P,Tp] bool
@@ -167,7 +176,12 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
     q's dtype. ``block_k`` slots per K/V block (a power of two >= 16); ``interpret`` None runs the
     kernels compiled on GPU and interpreted elsewhere. Shapes :func:`supported` rejects go to
     :func:`attend_decode` (same result). Under an ambient mesh of several devices the kernels run
-    per shard (:func:`shard_specs`)."""
+    per shard (:func:`shard_specs`).
+
+    ``write_cache``: also write k_new/v_new into slot ``length`` of the cache (dropped when
+    ``length >= S``) and return (out, cache_k, cache_v). The own kernel does it in place, through
+    outputs aliased to the cache (no write kernels; no copy where the caller's cache buffers can be
+    reused, as in the decode loop); k_new/v_new must then have the cache's dtype."""
     b, h, d = q.shape
     p, kv = prompt_k.shape[:2]
     if b % p:
@@ -179,8 +193,11 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
     if interpret is None and context_platform() == "tpu":
         raise ValueError("decode_attention='pallas' is Triton (GPU) kernels, which a TPU would only interpret "
                          "(slowly): use decode_attention='xla' on TPU")
+    if write_cache and (k_new.dtype != cache_k.dtype or v_new.dtype != cache_v.dtype):
+        raise ValueError(f"write_cache: the new key/value ({k_new.dtype}, {v_new.dtype}) must have the cache's "
+                         f"dtype ({cache_k.dtype}, {cache_v.dtype})")
     args = (q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v, length)
-    local = functools.partial(_attend_local, block_k=block_k, interpret=interpret)
+    local = functools.partial(_attend_local, block_k=block_k, interpret=interpret, write_cache=write_cache)
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
         return local(*args)
@@ -188,7 +205,8 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
     row_spec, kv_spec = PartitionSpec(rows, heads, None), PartitionSpec(rows, heads, None, None)
     in_specs = (row_spec, row_spec, row_spec, kv_spec, kv_spec, PartitionSpec(rows, None), kv_spec, kv_spec,
                 PartitionSpec())
-    return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=row_spec, check_vma=False)(*args)
+    out_specs = (row_spec, kv_spec, kv_spec) if write_cache else row_spec
+    return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)(*args)
 
 
 def shard_specs(mesh_shape: Mapping[str, int], prompts: int, kv_heads: int
@@ -204,14 +222,19 @@ def shard_specs(mesh_shape: Mapping[str, int], prompts: int, kv_heads: int
 
 def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array, prompt_v: jax.Array,
                   prompt_valid: jax.Array, cache_k: jax.Array, cache_v: jax.Array, length: jax.Array,
-                  block_k: int, interpret: bool | None) -> jax.Array:
+                  block_k: int, interpret: bool | None, write_cache: bool = False
+                  ) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
     """:func:`attend_decode_pallas` on one device (or one shard): the same arguments and result."""
     b, h, d = q.shape
     p, kv, tp, _ = prompt_k.shape
     s_own = cache_k.shape[2]
     if not supported(q, prompt_k, cache_k):
-        return attend_decode(q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v,
-                             jnp.arange(s_own) < length)
+        out = attend_decode(q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v,
+                            jnp.arange(s_own) < length)
+        if not write_cache:
+            return out
+        return (out, cache_k.at[:, :, length].set(k_new, mode="drop"),
+                cache_v.at[:, :, length].set(v_new, mode="drop"))
     if interpret is None:
         interpret = context_platform() not in ("gpu", "cuda")
     n, g = b // p, h // kv
@@ -240,22 +263,29 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
 
     # Own generated slots, then the merge with the prompt block's partial result and the token's
     # own key: one program per (row, KV head), reading the row's queries and partial result in the
-    # prompt kernel's layout (its G heads at rows (b % n) * G ... of its prompt's).
+    # prompt kernel's layout (its G heads at rows (b % n) * G ... of its prompt's). With
+    # ``write_cache`` it also writes the token's key and value into the cache it read, in place.
     bk = _block(s_own, block_k)
-    out = pl.pallas_call(
+    cache_spec = pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0))
+    out_spec = pl.BlockSpec((None, None, g, d), lambda i, j: (i, j, 0, 0))
+    out_shape = jax.ShapeDtypeStruct((b, kv, g, d), q.dtype)
+    outs = pl.pallas_call(
         functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale, n=n, g=g, gp=ng),
         grid=(b, kv),
         in_specs=[pl.BlockSpec((1,), lambda i, j: (0,)),
                   pl.BlockSpec((None, None, nq, d), lambda i, j: (i // n, j, 0, 0)),
-                  pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0)),
-                  pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0)),
+                  cache_spec, cache_spec,
                   pl.BlockSpec((None, None, d), lambda i, j: (i, j, 0)),
                   pl.BlockSpec((None, None, d), lambda i, j: (i, j, 0)),
                   pl.BlockSpec((None, None, nq, d), lambda i, j: (i // n, j, 0, 0)),
                   pl.BlockSpec((None, None, nq), lambda i, j: (i // n, j, 0)),
                   pl.BlockSpec((None, None, nq), lambda i, j: (i // n, j, 0))],
-        out_specs=pl.BlockSpec((None, None, g, d), lambda i, j: (i, j, 0, 0)),
-        out_shape=jax.ShapeDtypeStruct((b, kv, g, d), q.dtype),
+        out_specs=[out_spec, cache_spec, cache_spec] if write_cache else out_spec,
+        out_shape=[out_shape, jax.ShapeDtypeStruct(cache_k.shape, cache_k.dtype),
+                   jax.ShapeDtypeStruct(cache_v.shape, cache_v.dtype)] if write_cache else out_shape,
+        input_output_aliases={2: 1, 3: 2} if write_cache else {},
         compiler_params=params, interpret=interpret, name="decode_attention_own",
     )(jnp.reshape(length, (1,)).astype(jnp.int32), qp, cache_k, cache_v, k_new, v_new, o_p, m_p, l_p)
-    return out.reshape(b, h, d)
+    if not write_cache:
+        return outs.reshape(b, h, d)
+    return outs[0].reshape(b, h, d), outs[1], outs[2]

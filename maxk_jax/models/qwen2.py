@@ -179,6 +179,7 @@ class Attention(nn.Module):
 
     config: Qwen2Config
     mode: str  # 'full' | 'prefill' | 'decode'
+    write_cache: bool = False  # decode with decode_attention="pallas": write k/v into the cache in place
 
     @nn.compact
     def __call__(self, x: jax.Array, rope: tuple[jax.Array, jax.Array], mask: jax.Array,
@@ -189,7 +190,9 @@ class Attention(nn.Module):
         'full': no cache, returns None. 'prefill': returns k, v [B,T,K,D]. 'decode' (T = 1):
         reads layer_cache (prompt_k, prompt_v [P,K,Tp,D], k, v [B,K,S,D]) with mask
         (prompt_valid [P,Tp], valid [S]) = the slots to attend to (see :func:`attend_decode`)
-        and returns the token's k, v [B,K,D]; the caller writes them into the cache.
+        and returns the token's k, v [B,K,D]; the caller writes them into the cache. With
+        ``write_cache`` (Pallas decode attention only) the attention kernel writes them into slot
+        ``length`` of k, v itself and the updated k, v [B,K,S,D] are returned instead.
         """
         cfg, pd, cd = self.config, self.config.params_dtype, self.config.compute_dtype
         e, h, k_, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim_
@@ -218,13 +221,23 @@ class Attention(nn.Module):
                 if valid.ndim != 1:
                     raise ValueError(f"decode_attention='pallas' needs the own-slot mask as a prefix [S], got "
                                      f"shape {valid.shape}")
-                out = decode_attention.attend_decode_pallas(
-                    q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd), prompt_valid, ck.astype(cd),
-                    cv.astype(cd), jnp.sum(valid.astype(jnp.int32)))[:, None]
+                length = jnp.sum(valid.astype(jnp.int32))
+                if self.write_cache:   # the kernel writes k, v into the cache in place (it keeps its dtype)
+                    out, ck, cv = decode_attention.attend_decode_pallas(
+                        q[:, 0], k[:, 0].astype(ck.dtype), v[:, 0].astype(cv.dtype), pk.astype(cd), pv.astype(cd),
+                        prompt_valid, ck, cv, length, write_cache=True)
+                else:
+                    out = decode_attention.attend_decode_pallas(
+                        q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd), prompt_valid, ck.astype(cd),
+                        cv.astype(cd), length)
+                out = out[:, None]
+            elif self.write_cache:
+                raise ValueError("write_cache needs decode_attention='pallas' (the xla path writes after the step)")
             else:
                 out = attend_decode(q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd),
                                     prompt_valid, ck.astype(cd), cv.astype(cd), valid)[:, None]
-            new_kv = (k[:, 0], v[:, 0])  # [B, K, D]: written into the cache after the scan
+            # [B, K, S, D] written in place, or [B, K, D]: written into the cache after the scan / step
+            new_kv = (ck, cv) if self.write_cache else (k[:, 0], v[:, 0])
         else:
             out = attention(q, k, v, mask, cfg.attention, cfg.attention_chunk)
             new_kv = (k, v) if self.mode == "prefill" else None  # [B, T, K, D]
@@ -260,13 +273,14 @@ class DecoderLayer(nn.Module):
 
     config: Qwen2Config
     mode: str
+    write_cache: bool = False  # see :class:`Attention`
 
     @nn.compact
     def __call__(self, h: jax.Array, layer_cache: Any, rope: Any, mask: jax.Array
                  ) -> tuple[jax.Array, Any]:
         """h [B,T,E] -> (h [B,T,E], this layer's new k/v or None; see :class:`Attention`)."""
         cfg = self.config
-        attn_out, new_cache = Attention(cfg, self.mode, name="attn")(
+        attn_out, new_cache = Attention(cfg, self.mode, self.write_cache, name="attn")(
             RMSNorm(cfg, name="input_norm")(h), rope, mask, layer_cache)
         h = h + attn_out
         h = h + MLP(cfg, name="mlp")(RMSNorm(cfg, name="post_attn_norm")(h))

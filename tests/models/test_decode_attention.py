@@ -61,6 +61,28 @@ def test_many_rows_per_prompt_tile_the_prompt_queries(monkeypatch):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
 
 
+@pytest.mark.parametrize("d,s,length", [(16, 20, 0), (16, 20, 13), (16, 20, 20), (8, 20, 7)])
+def test_write_cache_writes_the_token_into_slot_length(d, s, length):
+    # the own kernel writes k_new / v_new into slot `length` of the cache it read (through outputs
+    # aliased to it); nothing when length >= S; the attention is unchanged. d = 8: the fallback.
+    x = _inputs(p=2, n=2, kv=2, g=2, d=d, tp=16, s=s, dtype=jnp.float32, seed=4)
+    want = decode_attention.attend_decode_pallas(**x, length=jnp.int32(length), block_k=16)
+    got, k, v = decode_attention.attend_decode_pallas(**x, length=jnp.int32(length), block_k=16, write_cache=True)
+    assert decode_attention.supported(x["q"], x["prompt_k"], x["cache_k"]) == (d == 16)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(k, x["cache_k"].at[:, :, length].set(x["k_new"], mode="drop"))
+    np.testing.assert_array_equal(v, x["cache_v"].at[:, :, length].set(x["v_new"], mode="drop"))
+    if length < s:
+        assert not np.array_equal(k, x["cache_k"])
+
+
+def test_write_cache_needs_the_cache_dtype():
+    x = _inputs(p=1, n=2, kv=1, g=2, d=16, tp=16, s=16, dtype=jnp.float32)
+    x["k_new"] = x["k_new"].astype(jnp.bfloat16)
+    with pytest.raises(ValueError, match="must have the cache's dtype"):
+        decode_attention.attend_decode_pallas(**x, length=jnp.int32(1), write_cache=True)
+
+
 def test_small_shapes_fall_back_to_attend_decode():
     x = _inputs(p=2, n=2, kv=1, g=4, d=16, tp=8, s=37, dtype=jnp.float32)   # 8 prompt slots < one tile
     assert not decode_attention.supported(x["q"], x["prompt_k"], x["cache_k"])
@@ -165,6 +187,23 @@ def test_compiles_for_a_deviceless_h100_as_triton_kernels(p, n, tp):
     with sh.activation_sharding(mesh):
         text = jax.jit(lambda a: decode_attention.attend_decode_pallas(**a)).lower(args).compile().as_text()
     assert text.count('custom_call_target="__gpu$xla.gpu.triton"') == 2
+
+
+@pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
+def test_write_cache_compiles_to_an_in_place_write_for_a_deviceless_h100():
+    # with the cache donated, the own kernel's aliased outputs reuse its buffers: no copy of the
+    # cache and no separate write kernel (dynamic-update-slice), only the two Triton kernels
+    mesh = gpu_plan.target_mesh("h100")
+    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shapes = jax.eval_shape(lambda: _inputs(p=16, n=8, kv=2, g=6, d=128, tp=512, s=255, dtype=jnp.bfloat16))
+    args = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=rep) for k, v in shapes.items()}
+    args["length"] = jax.ShapeDtypeStruct((), jnp.int32, sharding=rep)
+    step = jax.jit(lambda a: decode_attention.attend_decode_pallas(**a, write_cache=True), donate_argnums=0)
+    with sh.activation_sharding(mesh):
+        text = step.lower(args).compile().as_text()
+    assert text.count('custom_call_target="__gpu$xla.gpu.triton"') == 2
+    assert "output_to_operand_aliasing" in text
+    assert not any(op in text for op in (" copy(", "copy-start", "dynamic-update-slice"))
 
 
 @pytest.mark.slow
