@@ -74,8 +74,8 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
     rope = qwen2.rope_tables(positions[:, None].astype(jnp.int32), config.head_dim_, config.rope_theta)
     mask = (cache.prompt_valid, jnp.arange(cache.max_len) < cache.length)
     # The Pallas attention writes each layer's new K/V into its cache block itself (in place, after
-    # reading it); the xla attention returns them and they are written below.
-    in_kernel = config.decode_attention == "pallas"
+    # reading it; a cache in the compute dtype, as init_cache makes it); else they are written below.
+    in_kernel = config.decode_attention == "pallas" and cache.k[0].dtype == config.compute_dtype
     layer = qwen2.DecoderLayer(config, "decode", write_cache=in_kernel)
     new_k, new_v = [], []
     for i, layer_params in enumerate(params["layers"]):

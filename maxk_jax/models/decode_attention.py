@@ -99,19 +99,22 @@ def _prompt_kernel(q_ref, k_ref, v_ref, valid_ref, o_ref, m_ref, l_ref, *, bk, s
     o_ref[...], m_ref[...], l_ref[...] = o, m, l
 
 
-def _own_kernel(length_ref, q_ref, k_ref, v_ref, k_new_ref, v_new_ref, o_p_ref, m_p_ref, l_p_ref, out_ref,
-                *cache_refs, bk, slots, scale, n, g, gp):
-    """Program (row b, KV head k): q_ref [Q, D] (the queries of the row's prompt in the prompt
-    kernel's layout: the row's G heads from row ``(b % n) * G``), k_ref/v_ref [S, D] (slots <
-    length are live), k_new_ref/v_new_ref [D] (the token's own key and value), o_p_ref [Q, D] /
-    m_p_ref, l_p_ref [Q] (the prompt kernel's partial result, same layout) -> out_ref [G, D]: the
-    attention over prompt, own slots and the token itself. Works on a window of ``gp`` (a power of
-    two >= G) rows; the rows past G belong to other rows or padding and are not stored. With
-    ``cache_refs`` = (k_out_ref, v_out_ref) [S, D], aliases of k_ref/v_ref, the token's key and value
-    are then written into slot ``length`` (nothing when ``length >= S``): the slots read are all
-    below it, so the write cannot change what this or any other program reads."""
-    rows = pl.ds((pl.program_id(0) % n) * g, gp)
+def _own_kernel(length_ref, q_ref, k_ref, v_ref, o_p_ref, m_p_ref, l_p_ref, out_ref, *cache_refs,
+                bk, slots, scale, n, g, gp, nq_pad):
+    """Program (row b, KV head k): q_ref [Q + 2n, D] (the row's prompt's block of the packed layout
+    of :func:`_pack`: its n*G queries, padding to ``nq_pad`` rows, then the n rows' new keys and
+    their new values; the row's G heads from row ``(b % n) * G``, its key at ``nq_pad + b % n``,
+    its value n rows further), k_ref/v_ref [S, D] (slots < length are live), o_p_ref [Q, D] /
+    m_p_ref, l_p_ref [Q] (the prompt kernel's partial result, the queries' layout) -> out_ref
+    [G, D]: the attention over prompt, own slots and the token itself. Works on a window of ``gp``
+    (a power of two >= G) rows; the rows past G belong to other rows or padding and are not
+    stored. With ``cache_refs`` = (k_out_ref, v_out_ref) [S, D], aliases of k_ref/v_ref, the token's
+    key and value are then written into slot ``length`` (nothing when ``length >= S``): the slots
+    read are all below it, so the write cannot change what this or any other program reads."""
+    row = pl.program_id(0) % n
+    rows = pl.ds(row * g, gp)
     q = q_ref[rows, :]
+    k_new, v_new = q_ref[pl.ds(nq_pad + row, 1), :], q_ref[pl.ds(nq_pad + n + row, 1), :]   # [1, D]
     nq, d = q.shape
     length = jnp.minimum(length_ref[0], slots)
 
@@ -125,19 +128,19 @@ def _own_kernel(length_ref, q_ref, k_ref, v_ref, k_new_ref, v_new_ref, o_p_ref, 
 
     # merge with the prompt block and the token's own key by their softmax statistics (float32)
     o_p, m_p, l_p = o_p_ref[rows, :], m_p_ref[rows], l_p_ref[rows]
-    s_self = jnp.sum(q.astype(jnp.float32) * k_new_ref[...].astype(jnp.float32)[None, :], axis=1) * scale
+    s_self = jnp.sum(q.astype(jnp.float32) * k_new.astype(jnp.float32), axis=1) * scale
     m_all = jnp.maximum(jnp.maximum(m_p, m), s_self)
     w_p, w_c, w_s = jnp.exp(m_p - m_all), jnp.exp(m - m_all), jnp.exp(s_self - m_all)
     denom = l_p * w_p + l * w_c + w_s
-    out = o_p * w_p[:, None] + o * w_c[:, None] + w_s[:, None] * v_new_ref[...].astype(jnp.float32)[None, :]
+    out = o_p * w_p[:, None] + o * w_c[:, None] + w_s[:, None] * v_new.astype(jnp.float32)
     # out_ref holds the row's G heads only: the window's other rows are not stored
     keep = (jnp.arange(nq) < g)[:, None]
     plgpu.store(out_ref.at[pl.ds(0, nq), :], (out / denom[:, None]).astype(out_ref.dtype), mask=keep)
     if cache_refs:
         slot = jnp.minimum(length_ref[0], slots - 1)
         live = jnp.broadcast_to(length_ref[0] < slots, (1, d))
-        for new_ref, cache_ref in zip((k_new_ref, v_new_ref), cache_refs):
-            plgpu.store(cache_ref.at[pl.ds(slot, 1), :], new_ref[...][None, :].astype(cache_ref.dtype), mask=live)
+        for new, cache_ref in zip((k_new, v_new), cache_refs):
+            plgpu.store(cache_ref.at[pl.ds(slot, 1), :], new.astype(cache_ref.dtype), mask=live)
 
 
 def _compiler_params(interpret: bool) -> plgpu.CompilerParams | None:
@@ -156,6 +159,20 @@ def _partial_outputs(grid: tuple[int, int, int], rows: int, d: int) -> dict:
     shapes = [jax.ShapeDtypeStruct((programs, kv, rows, d), jnp.float32)] + [
         jax.ShapeDtypeStruct((programs, kv, rows), jnp.float32)] * 2
     return {"out_specs": specs, "out_shape": shapes}
+
+
+def _pack(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompts: int, nq: int) -> jax.Array:
+    """q [B,H,D], k_new/v_new [B,K,D] (rows p*n .. p*n+n-1 on prompt p) -> [P, K, nq + 2n, D]: per
+    (prompt, KV head) its n rows' G query heads (row-major: row r's heads at r*G ...), zeros to
+    ``nq`` rows, the n rows' keys, then their values. The prompt kernel reads the first ``nq``
+    rows; the own kernel its row's query window, key and value."""
+    b, h, d = q.shape
+    kv = k_new.shape[1]
+    n, g = b // prompts, h // kv
+    per_prompt = lambda x, heads: x.reshape(prompts, n, kv, heads, d).transpose(0, 2, 1, 3, 4).reshape(
+        prompts, kv, n * heads, d)
+    pad = jnp.zeros((prompts, kv, nq - n * g, d), q.dtype)
+    return jnp.concatenate([per_prompt(q, g), pad, per_prompt(k_new, 1), per_prompt(v_new, 1)], axis=2)
 
 
 def supported(q: jax.Array, prompt_k: jax.Array, cache_k: jax.Array) -> bool:
@@ -193,6 +210,9 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
     if interpret is None and context_platform() == "tpu":
         raise ValueError("decode_attention='pallas' is Triton (GPU) kernels, which a TPU would only interpret "
                          "(slowly): use decode_attention='xla' on TPU")
+    if k_new.dtype != q.dtype or v_new.dtype != q.dtype:
+        raise ValueError(f"attend_decode_pallas: the new key/value ({k_new.dtype}, {v_new.dtype}) must have the "
+                         f"queries' dtype ({q.dtype}): the kernels read them from one array")
     if write_cache and (k_new.dtype != cache_k.dtype or v_new.dtype != cache_v.dtype):
         raise ValueError(f"write_cache: the new key/value ({k_new.dtype}, {v_new.dtype}) must have the cache's "
                          f"dtype ({cache_k.dtype}, {cache_v.dtype})")
@@ -240,15 +260,14 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     n, g = b // p, h // kv
     scale = d ** -0.5
     params = _compiler_params(interpret)
-    qg = q.reshape(b, kv, g, d)
 
     # Prompt block: queries [P, K, n*G (padded), D], one program per (prompt, KV head, tile of
-    # at most Q_TILE query rows). Padded so that every row's window of Gp rows (below) is in range.
+    # at most Q_TILE query rows). Padded so that every row's window of Gp rows (below) is in range;
+    # the rows' new keys and values follow (read by the own kernel only): one XLA fusion makes all.
     ng = _pow2(g)
     qt = min(_pow2(n * g), Q_TILE)
     nq = -(-max(n * g, (n - 1) * g + ng) // qt) * qt
-    qp = qg.reshape(p, n, kv, g, d).transpose(0, 2, 1, 3, 4).reshape(p, kv, n * g, d)
-    qp = jnp.pad(qp, ((0, 0), (0, 0), (0, nq - n * g), (0, 0)))
+    qp = _pack(q, k_new, v_new, p, nq)
     bk = _block(tp, block_k)
     o_p, m_p, l_p = pl.pallas_call(
         functools.partial(_prompt_kernel, bk=bk, slots=tp, scale=scale),
@@ -270,13 +289,11 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     out_spec = pl.BlockSpec((None, None, g, d), lambda i, j: (i, j, 0, 0))
     out_shape = jax.ShapeDtypeStruct((b, kv, g, d), q.dtype)
     outs = pl.pallas_call(
-        functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale, n=n, g=g, gp=ng),
+        functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale, n=n, g=g, gp=ng, nq_pad=nq),
         grid=(b, kv),
         in_specs=[pl.BlockSpec((1,), lambda i, j: (0,)),
-                  pl.BlockSpec((None, None, nq, d), lambda i, j: (i // n, j, 0, 0)),
+                  pl.BlockSpec((None, None, nq + 2 * n, d), lambda i, j: (i // n, j, 0, 0)),
                   cache_spec, cache_spec,
-                  pl.BlockSpec((None, None, d), lambda i, j: (i, j, 0)),
-                  pl.BlockSpec((None, None, d), lambda i, j: (i, j, 0)),
                   pl.BlockSpec((None, None, nq, d), lambda i, j: (i // n, j, 0, 0)),
                   pl.BlockSpec((None, None, nq), lambda i, j: (i // n, j, 0)),
                   pl.BlockSpec((None, None, nq), lambda i, j: (i // n, j, 0))],
@@ -285,7 +302,7 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
                    jax.ShapeDtypeStruct(cache_v.shape, cache_v.dtype)] if write_cache else out_shape,
         input_output_aliases={2: 1, 3: 2} if write_cache else {},
         compiler_params=params, interpret=interpret, name="decode_attention_own",
-    )(jnp.reshape(length, (1,)).astype(jnp.int32), qp, cache_k, cache_v, k_new, v_new, o_p, m_p, l_p)
+    )(jnp.reshape(length, (1,)).astype(jnp.int32), qp, cache_k, cache_v, o_p, m_p, l_p)
     if not write_cache:
         return outs.reshape(b, h, d)
     return outs[0].reshape(b, h, d), outs[1], outs[2]

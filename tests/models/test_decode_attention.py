@@ -76,11 +76,13 @@ def test_write_cache_writes_the_token_into_slot_length(d, s, length):
         assert not np.array_equal(k, x["cache_k"])
 
 
-def test_write_cache_needs_the_cache_dtype():
+def test_new_key_and_value_need_the_query_and_cache_dtypes():
     x = _inputs(p=1, n=2, kv=1, g=2, d=16, tp=16, s=16, dtype=jnp.float32)
-    x["k_new"] = x["k_new"].astype(jnp.bfloat16)
+    bf16 = {k: x[k].astype(jnp.bfloat16) for k in ("q", "k_new", "v_new")}
     with pytest.raises(ValueError, match="must have the cache's dtype"):
-        decode_attention.attend_decode_pallas(**x, length=jnp.int32(1), write_cache=True)
+        decode_attention.attend_decode_pallas(**{**x, **bf16}, length=jnp.int32(1), write_cache=True)
+    with pytest.raises(ValueError, match=r"must have the queries' dtype \(float32\)"):
+        decode_attention.attend_decode_pallas(**{**x, "k_new": bf16["k_new"]}, length=jnp.int32(1))
 
 
 def test_small_shapes_fall_back_to_attend_decode():
@@ -150,7 +152,9 @@ def test_config_rejects_unknown_decode_attention():
                           num_kv_heads=1, decode_attention="flash")
 
 
-def test_decode_step_with_pallas_equals_xla():
+@pytest.mark.parametrize("cache_dtype", [None, pytest.param("bfloat16", marks=pytest.mark.slow)])
+def test_decode_step_with_pallas_equals_xla(cache_dtype):
+    # a cache in the compute dtype is written by the attention kernel in place; another dtype after the step
     base = qwen2.Qwen2Config(vocab_size=61, hidden_size=64, intermediate_size=64, num_layers=2, num_heads=4,
                              num_kv_heads=2, max_position_embeddings=256, rope_theta=10000.0)
     params = qwen2.init_params(base, jax.random.key(3))
@@ -158,7 +162,7 @@ def test_decode_step_with_pallas_equals_xla():
     rng = np.random.default_rng(0)
     tokens = jnp.asarray(rng.integers(3, base.vocab_size, (p, tp)), jnp.int32)
     mask = jnp.asarray(np.arange(tp)[None] >= np.array([[0], [5]]))
-    cache = qwen2.init_cache(base, p, tp, steps, n)
+    cache = qwen2.init_cache(base, p, tp, steps, n, dtype=cache_dtype)
     _, cache = qwen2.prefill(base, params, tokens, mask, cache, last_only=True)
     positions = jnp.repeat(mask.sum(1), n).astype(jnp.int32)
     cache = cache.replace(length=jnp.int32(6))    # six generated slots live (their values: zeros and earlier K/V)
@@ -168,6 +172,7 @@ def test_decode_step_with_pallas_equals_xla():
     got, got_cache = decode.decode_step(base.replace(decode_attention="pallas"), params, tok, positions + 6, cache)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     for a, b in zip(jax.tree.leaves(got_cache), jax.tree.leaves(want_cache)):
+        assert a.dtype == b.dtype
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
