@@ -57,7 +57,8 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
     decode mode (``qwen2.Qwen2(mode="decode")``) for the same weights: the token attends to the
     valid prompt slots, the generated slots before ``length`` and itself; the new K/V of all layers
     are written into slot ``length`` after the last layer has read the cache (dropped when
-    ``length >= S``)."""
+    ``length >= S``), or, with ``decode_attention="pallas"`` and a cache in the compute dtype, by
+    each layer's attention kernel into the block it has just read."""
     if tokens.ndim != 1 or positions.shape != tokens.shape:
         raise ValueError(f"decode_step needs tokens [B] and positions [B], got {tokens.shape} "
                          f"and {positions.shape}")

@@ -17,7 +17,10 @@ them back (scores, max, exponentials, the weighted sums: about 2.8x the bytes of
   looping over ``ceil(length / block_k)`` blocks only (the slots not generated yet are not read),
   then merging that with the prompt kernel's partial result for the row and the token's own key
   by their softmax statistics (max, denominator) in float32, and storing the row's ``G`` heads
-  of the output in place (masked store: no padded copy, no merge kernel). The result equals
+  of the output in place (masked store: no padded copy, no merge kernel); on request
+  (``write_cache``) it then writes the token's key and value into the row's cache slot, in place
+  (outputs aliased to the cache). The queries, keys and values reach both kernels in one array
+  (:func:`_pack`), so one XLA fusion prepares all three (bias, RoPE, layout). The result equals
   attention over the concatenated keys up to float rounding. K and V are read in their own
   dtype, scores and sums accumulate in float32 and the probabilities enter the V products in the
   cache dtype (as ``attend_decode`` does).
