@@ -109,9 +109,9 @@ def _own_kernel(length_ref, q_ref, k_ref, v_ref, o_p_ref, m_p_ref, l_p_ref, out_
     their new values; the row's G heads from row ``(b % n) * G``, its key at ``nq_pad + b % n``,
     its value n rows further), k_ref/v_ref [S, D] (slots < length are live), o_p_ref [Q, D] /
     m_p_ref, l_p_ref [Q] (the prompt kernel's partial result, the queries' layout) -> out_ref
-    [G, D]: the attention over prompt, own slots and the token itself. Works on a window of ``gp``
-    (a power of two >= G) rows; the rows past G belong to other rows or padding and are not
-    stored. With ``cache_refs`` = (k_out_ref, v_out_ref) [S, D], aliases of k_ref/v_ref, the token's
+    [Gp, D] (a window whose first G rows are the row's heads): the attention over prompt, own
+    slots and the token itself. Works on windows of ``gp`` (a power of two >= G) rows; the rows
+    past G belong to other rows, heads or padding and are not stored. With ``cache_refs`` = (k_out_ref, v_out_ref) [S, D], aliases of k_ref/v_ref, the token's
     key and value are then written into slot ``length`` (nothing when ``length >= S``): the slots
     read are all below it, so the write cannot change what this or any other program reads."""
     row = pl.program_id(0) % n
@@ -136,9 +136,9 @@ def _own_kernel(length_ref, q_ref, k_ref, v_ref, o_p_ref, m_p_ref, l_p_ref, out_
     w_p, w_c, w_s = jnp.exp(m_p - m_all), jnp.exp(m - m_all), jnp.exp(s_self - m_all)
     denom = l_p * w_p + l * w_c + w_s
     out = o_p * w_p[:, None] + o * w_c[:, None] + w_s[:, None] * v_new.astype(jnp.float32)
-    # out_ref holds the row's G heads only: the window's other rows are not stored
+    # out_ref [Gp, D] is a window over the row's G heads: its rows past G are not stored
     keep = (jnp.arange(nq) < g)[:, None]
-    plgpu.store(out_ref.at[pl.ds(0, nq), :], (out / denom[:, None]).astype(out_ref.dtype), mask=keep)
+    plgpu.store(out_ref, (out / denom[:, None]).astype(out_ref.dtype), mask=keep)
     if cache_refs:
         slot = jnp.minimum(length_ref[0], slots - 1)
         live = jnp.broadcast_to(length_ref[0] < slots, (1, d))
@@ -289,7 +289,9 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     # ``write_cache`` it also writes the token's key and value into the cache it read, in place.
     bk = _block(s_own, block_k)
     cache_spec = pl.BlockSpec((None, None, s_own, d), lambda i, j: (i, j, 0, 0))
-    out_spec = pl.BlockSpec((None, None, g, d), lambda i, j: (i, j, 0, 0))
+    # the output block is the Gp-row window (Triton tiles are powers of two) over the row's G heads:
+    # the kernel stores the first G rows (masked), so the rows past G (the next head's) are untouched
+    out_spec = pl.BlockSpec((None, None, ng, d), lambda i, j: (i, j, 0, 0))
     out_shape = jax.ShapeDtypeStruct((b, kv, g, d), q.dtype)
     outs = pl.pallas_call(
         functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale, n=n, g=g, gp=ng, nq_pad=nq),
