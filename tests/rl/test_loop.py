@@ -264,11 +264,20 @@ def test_sigkill_and_resume_reproduces_uninterrupted_run(warm_ckpt, problems_fil
         assert sorted(os.listdir(cut_dir / "in_flight")) == ["2.host0.pkl", "4.host0.pkl"]
 
 
-def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path):
+def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path, monkeypatch):
     """The loop's parts without `run`: `setup` builds the context once, `rl_step` advances the
     state by one rollout and ``algo.ppo_iterations`` optimizer updates and returns the metrics."""
     import contextlib
 
+    # the random tiny model solves nothing: reward every other sample 1 so the update has a signal
+    # (with all rewards 0 the advantages are 0 and only float noise, or nothing, moves the policy)
+    judged = rollout._rewards
+
+    def every_other_sample_solved(results):
+        rewards, passed, total = judged(results)
+        return np.where(np.arange(rewards.shape[1]) % 2 == 1, 1.0, rewards), passed, total
+
+    monkeypatch.setattr(rollout, "_rewards", every_other_sample_solved)
     cfg = small_config(tiny_ckpt, problems_file, tmp_path / "out", max_steps=3)
     with contextlib.ExitStack() as stack:
         ctx = rl_loop.setup(cfg, stack)
@@ -282,7 +291,8 @@ def test_setup_and_one_rl_step_alone(tiny_ckpt, problems_file, tmp_path):
         # π_old from the trainer (default): iteration 0 is exactly on-policy
         assert metrics["ppo/it0/is_log_ratio_abs_max"] == 0.0
         assert metrics["ppo/it0/ratio_min"] == metrics["ppo/it0/ratio_max"] == 1.0
-        assert metrics["ppo/it1/is_log_ratio_abs_max"] > 0.0
+        assert metrics["ppo/it0/advantage_nonzero_fraction"] > 0.0 and metrics["ppo/it0/grad_norm"] > 1e-4
+        assert metrics["ppo/it1/is_log_ratio_abs_max"] > 1e-4
         mean, worst = metrics["rollout/logprob_mismatch_mean"], metrics["rollout/logprob_mismatch_max"]
         assert 0.0 <= mean <= worst < 1e-3 and "ppo/logprob_mismatch_mean" not in metrics
     assert (tmp_path / "out" / "config.json").is_file()
