@@ -1,13 +1,17 @@
 """`Tokenizer`: what the library needs of a tokenizer (a transformers ``PreTrainedTokenizerBase``
 satisfies it; so does any object with these members).  Kept apart from ``tokenizer.py`` so that
-annotating with it does not import transformers."""
+annotating with it does not import transformers.
+
+Not ``runtime_checkable``: since Python 3.12 ``isinstance`` against a protocol looks members up
+statically, and a transformers tokenizer serves ``eos_token_id`` / ``pad_token_id`` through
+``__getattr__``, so the check would answer False for the tokenizer the library is built around.
+:func:`missing_members` checks an object the way the library uses it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol
 
 
-@runtime_checkable
 class Tokenizer(Protocol):
     """Encode / decode / chat-format text; the ids used to pad and stop generation."""
 
@@ -28,3 +32,14 @@ class Tokenizer(Protocol):
 
     def convert_tokens_to_ids(self, tokens: Any) -> Any:
         """Id(s) of token string(s)."""
+
+
+#: The members of :class:`Tokenizer` (its ids and methods).
+MEMBERS: tuple[str, ...] = tuple(sorted({*Tokenizer.__annotations__, *(
+    name for name, value in vars(Tokenizer).items() if callable(value) and (name == "__call__" or name[0] != "_"))}))
+
+
+def missing_members(tokenizer: object) -> list[str]:
+    """The :data:`MEMBERS` that ``tokenizer`` lacks (``hasattr``, so members served by
+    ``__getattr__`` count); [] for a tokenizer the library can use."""
+    return [name for name in MEMBERS if not hasattr(tokenizer, name)]
