@@ -5,11 +5,25 @@ Each generator creates a `NotebookBuilder`, adds cells with `md` / `code` (or `c
 """
 from __future__ import annotations
 
+import configparser
 import pathlib
 from collections.abc import Sequence
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+
+def jax_range() -> str:
+    """The jax version range of setup.cfg's install_requires (e.g. ">=0.10.2,<0.13"): what the install cell
+    keeps the runtime's jax to."""
+    cfg = configparser.ConfigParser()
+    cfg.read(pathlib.Path(__file__).resolve().parent.parent / "setup.cfg")
+    for line in cfg["options"]["install_requires"].split("\n"):
+        name, _, spec = line.strip().partition(">")
+        if name == "jax":
+            return ">" + spec
+    raise ValueError("setup.cfg's install_requires names no jax range")
+
 
 _INSTALL = r'''
 # Install maxk-jax in Colab only; locally import the checkout in place (no installation).
@@ -25,7 +39,7 @@ if importlib.util.find_spec("maxk_jax") is None:
             raise RuntimeError("Clone the maxk-jax repository and %cd into it first, or set "
                                "MAXK_JAX_SOURCE to a pip-installable source of the package.")
 {apt}        # Keep the runtime's accelerator jax: pin jax, jaxlib and their CUDA / TPU plugins to the
-        # installed versions for this install (setup.cfg's ranges admit jax 0.10.2 to 0.11.x).
+        # installed versions for this install (setup.cfg's range: jax{jax_range}).
         from importlib import metadata
         keep = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
                        if (d.metadata["Name"] or "").lower().replace("_", "-").startswith(("jax", "libtpu"))})
@@ -35,9 +49,9 @@ if importlib.util.find_spec("maxk_jax") is None:
             subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", source,
                                    "-c", "/tmp/maxk_jax_keep.txt"])
         except subprocess.CalledProcessError as err:
-            raise RuntimeError("maxk-jax needs jax >=0.10.2,<0.12 and this runtime has " + ", ".join(keep)
-                               + ": upgrade it deliberately (pip install -U 'jax[cuda12]>=0.10.2,<0.12' on a GPU, "
-                               "'jax[tpu]>=0.10.2,<0.12' on a TPU), restart the runtime and run this cell again") from err
+            raise RuntimeError("maxk-jax needs jax {jax_range} and this runtime has " + ", ".join(keep)
+                               + ": upgrade it deliberately (pip install -U 'jax[cuda12]{jax_range}' on a GPU, "
+                               "'jax[tpu]{jax_range}' on a TPU), restart the runtime and run this cell again") from err
     elif root is not None:
         sys.path.insert(0, str(root))
     else:
@@ -69,7 +83,7 @@ class NotebookBuilder:
             args = ", ".join(repr(p) for p in ("apt-get", "install", "-y", "-q", *apt_packages))
             apt = ("        subprocess.check_call(['apt-get', 'update', '-q'])\n"
                    f"        subprocess.check_call([{args}])\n")
-        self.code(_INSTALL.replace("{apt}", apt))
+        self.code(_INSTALL.replace("{apt}", apt).replace("{jax_range}", jax_range()))
 
     def notebook(self) -> nbformat.NotebookNode:
         """The validated notebook of the cells so far (stable ids ``cell-NN``, Colab metadata, no outputs)."""
