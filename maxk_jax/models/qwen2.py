@@ -195,6 +195,10 @@ class Attention(nn.Module):
         ``length`` of k, v itself and the updated k, v [B,K,S,D] are returned instead.
         """
         cfg, pd, cd = self.config, self.config.params_dtype, self.config.compute_dtype
+        if self.write_cache and (self.mode != "decode" or cfg.decode_attention != "pallas"):
+            raise ValueError(f"write_cache is for mode='decode' with decode_attention='pallas', got mode="
+                             f"{self.mode!r}, decode_attention={cfg.decode_attention!r} (the xla path writes "
+                             f"after the step)")
         e, h, k_, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim_
         zeros = nn.initializers.zeros
         wq = _param(self, "q_kernel", _dense_init, (e, h, d), ("embed", "heads", "head_dim"), pd)
@@ -231,8 +235,6 @@ class Attention(nn.Module):
                         q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd), prompt_valid, ck.astype(cd),
                         cv.astype(cd), length)
                 out = out[:, None]
-            elif self.write_cache:
-                raise ValueError("write_cache needs decode_attention='pallas' (the xla path writes after the step)")
             else:
                 out = attend_decode(q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd),
                                     prompt_valid, ck.astype(cd), cv.astype(cd), valid)[:, None]

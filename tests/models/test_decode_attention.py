@@ -146,6 +146,18 @@ def test_heads_must_group_over_kv_heads():
         decode_attention.attend_decode_pallas(**x, length=jnp.int32(1))
 
 
+@pytest.mark.parametrize("mode,attention", [("decode", "xla"), ("full", "pallas")])
+def test_write_cache_is_refused_outside_the_pallas_decode_step(mode, attention):
+    config = qwen2.Qwen2Config(vocab_size=8, hidden_size=32, intermediate_size=8, num_layers=1, num_heads=2,
+                               num_kv_heads=1, decode_attention=attention)
+    layer = qwen2.Attention(config, mode, write_cache=True)
+    x = jnp.zeros((2, 1, 32))
+    rope = qwen2.rope_tables(jnp.zeros((2, 1), jnp.int32), config.head_dim_, config.rope_theta)
+    with pytest.raises(ValueError, match=f"write_cache is for mode='decode' with decode_attention='pallas', "
+                                         f"got mode='{mode}', decode_attention='{attention}'"):
+        layer.init(jax.random.key(0), x, rope, jnp.ones((2, 1, 1), bool), None)
+
+
 def test_config_rejects_unknown_decode_attention():
     with pytest.raises(ValueError, match="decode_attention='flash'"):
         qwen2.Qwen2Config(vocab_size=8, hidden_size=32, intermediate_size=8, num_layers=1, num_heads=2,
