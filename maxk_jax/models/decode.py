@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from maxk_jax.models import qwen2
-from maxk_jax.models.kv_cache import KVCache
+from maxk_jax.models.kv_cache import KVCache, write_slot
 
 Params = Any
 
@@ -91,9 +91,6 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
     # cache; otherwise XLA may schedule a write first and copy that layer's cache block.
     logits, new_k, new_v = jax.lax.optimization_barrier((logits, tuple(new_k), tuple(new_v)))
 
-    def write(block: jax.Array, new: jax.Array) -> jax.Array:   # [B, K, D] into slot ``length`` (dropped past S)
-        return block.at[:, :, cache.length].set(new.astype(block.dtype), mode="drop")
-
-    k = tuple(write(c, x) for c, x in zip(cache.k, new_k))
-    v = tuple(write(c, x) for c, x in zip(cache.v, new_v))
+    k = tuple(write_slot(c, x, cache.length) for c, x in zip(cache.k, new_k))
+    v = tuple(write_slot(c, x, cache.length) for c, x in zip(cache.v, new_v))
     return logits, cache.replace(k=k, v=v, length=cache.length + 1)

@@ -46,7 +46,7 @@ from jax.sharding import PartitionSpec
 
 from maxk_jax import sharding as sh
 from maxk_jax.models.attention import context_platform
-from maxk_jax.models.kv_cache import attend_decode
+from maxk_jax.models.kv_cache import attend_decode, write_slot
 
 NEG = -0.7 * float(jnp.finfo(jnp.float32).max)   # a finite "minus infinity" (exp underflows to 0)
 MIN_TILE = 16                                     # Triton's smallest matmul tile
@@ -111,9 +111,10 @@ def _own_kernel(length_ref, q_ref, k_ref, v_ref, o_p_ref, m_p_ref, l_p_ref, out_
     m_p_ref, l_p_ref [Q] (the prompt kernel's partial result, the queries' layout) -> out_ref
     [Gp, D] (a window whose first G rows are the row's heads): the attention over prompt, own
     slots and the token itself. Works on windows of ``gp`` (a power of two >= G) rows; the rows
-    past G belong to other rows, heads or padding and are not stored. With ``cache_refs`` = (k_out_ref, v_out_ref) [S, D], aliases of k_ref/v_ref, the token's
-    key and value are then written into slot ``length`` (nothing when ``length >= S``): the slots
-    read are all below it, so the write cannot change what this or any other program reads."""
+    past G belong to other rows, heads or padding and are not stored. With ``cache_refs`` =
+    (k_out_ref, v_out_ref) [S, D], aliases of k_ref/v_ref, the token's key and value are then
+    written into slot ``length`` (nothing when ``length >= S``): the slots read are all below it,
+    so the write cannot change what this or any other program reads."""
     row = pl.program_id(0) % n
     rows = pl.ds(row * g, gp)
     q = q_ref[rows, :]
@@ -256,8 +257,7 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
                             jnp.arange(s_own) < length)
         if not write_cache:
             return out
-        return (out, cache_k.at[:, :, length].set(k_new, mode="drop"),
-                cache_v.at[:, :, length].set(v_new, mode="drop"))
+        return out, write_slot(cache_k, k_new, length), write_slot(cache_v, v_new, length)
     if interpret is None:
         interpret = context_platform() not in ("gpu", "cuda")
     n, g = b // p, h // kv

@@ -93,6 +93,12 @@ def init_cache(config: Qwen2Config, batch: int, prompt_len: int, new_len: int, n
                    k=layers(own), v=layers(own), length=jnp.zeros((), jnp.int32))
 
 
+def write_slot(block: jax.Array, new: jax.Array, length: jax.Array) -> jax.Array:
+    """One layer's generated block [B, K, S, D] with ``new`` [B, K, D] (cast to the block's dtype) in
+    slot ``length`` (a scalar); unchanged when ``length >= S`` (the write is dropped)."""
+    return block.at[:, :, length].set(new.astype(block.dtype), mode="drop")
+
+
 def cache_logical_axes(num_layers: int) -> KVCache:
     """Logical axis names of every :class:`KVCache` field of ``num_layers`` layers (for sharding a
     cache): the prompt and the sample blocks are both split along their batch axis ('cache_batch')."""

@@ -57,3 +57,13 @@ def test_attend_decode_equals_attend_over_prompt_cache_and_token():
     with pytest.raises(ValueError, match="not a multiple of 4 prompts"):
         zeros = jnp.zeros((4, kv, tp, d))
         kv_cache.attend_decode(q, k_new, v_new, zeros, zeros, jnp.ones((4, tp), bool), ck, cv, valid)
+
+
+def test_write_slot_writes_one_slot_and_drops_past_the_end():
+    block = jnp.zeros((2, 1, 3, 4), jnp.bfloat16)
+    new = jnp.arange(8, dtype=jnp.float32).reshape(2, 1, 4)
+    got = kv_cache.write_slot(block, new, jnp.int32(1))
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(got[:, :, 1], new)
+    np.testing.assert_array_equal(got[:, :, [0, 2]], 0)
+    np.testing.assert_array_equal(kv_cache.write_slot(block, new, jnp.int32(3)), block)   # length == S: dropped
