@@ -1,14 +1,18 @@
 """notebooks/notebook_builder.py: the committed notebooks are exactly what their generators build, and
 the Colab install cell."""
+import configparser
 import importlib.util
 import pathlib
 import sys
 
 import nbformat
 import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 sys.path.insert(0, str(NOTEBOOKS))
+import notebook_builder  # noqa: E402
 from notebook_builder import NotebookBuilder  # noqa: E402
 
 
@@ -48,6 +52,13 @@ def test_colab_install_cell():
     compile(src, "cell", "exec")     # the cell is valid Python
     # the runtime's jax (and its CUDA / TPU plugins) is pinned for the install, never replaced
     assert '"-c", "/tmp/maxk_jax_keep.txt"' in src and 'startswith(("jax", "libtpu"))' in src
+    # its message names setup.cfg's jax range (read there, not written out by hand)
+    cfg = configparser.ConfigParser()
+    cfg.read(NOTEBOOKS.parent / "setup.cfg")
+    (jax_req,) = [r for r in map(Requirement, cfg["options"]["install_requires"].split("\n")[1:]) if r.name == "jax"]
+    jax_range = notebook_builder.jax_range()
+    assert SpecifierSet(jax_range) == jax_req.specifier
+    assert f"maxk-jax needs jax {jax_range} and" in src and f"'jax[tpu]{jax_range}'" in src
     with pytest.raises(ValueError, match="apt_packages='bubblewrap'"):
         apt.colab_install("bubblewrap")
 
