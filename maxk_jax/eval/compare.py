@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy as np
-import scipy.stats
 
 from maxk_jax.eval.bootstrap import reported_ks
 from maxk_jax.eval.report import atomic_write, markdown_table, plot_curves
@@ -51,6 +50,7 @@ def wilcoxon_test(base: np.ndarray, other: np.ndarray) -> dict[str, Any]:
     elif out["n_nonzero"] == 0:
         out.update(p_value=1.0, note="all differences zero")
     else:
+        import scipy.stats   # here, not at module level: it is 1 s of every entry point's start-up
         test = scipy.stats.wilcoxon(other[keep], base[keep], zero_method="wilcox", alternative="two-sided")
         out.update(p_value=float(test.pvalue), statistic=float(test.statistic))
     return out
