@@ -1,7 +1,10 @@
-"""Test session setup: 8 simulated CPU devices for mesh tests (must precede the first jax import)."""
+"""Test session setup: 8 simulated CPU devices for mesh tests and fast (unoptimised) CPU compiles, see
+tests/cpu_flags.py (must precede the first jax import)."""
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from tests.cpu_flags import xla_flags
+
+os.environ.setdefault("XLA_FLAGS", xla_flags(8))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

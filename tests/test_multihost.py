@@ -18,6 +18,7 @@ from maxk_jax import multihost, sharding
 from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
 from maxk_jax.execution import JudgeCounter
 from maxk_jax.rl.metrics_log import read_metrics
+from tests.cpu_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH_TIMEOUT = 420   # seconds for one launch of all its processes (a hang fails, never blocks)
@@ -82,7 +83,7 @@ def start(module: str, args: list[str], *, processes: int, devices: int, cache: 
           distributed: Optional[Callable[[int, int], list[str]]]) -> list[subprocess.Popen]:
     """Start ``processes`` processes of ``python -m module`` with ``devices`` CPU devices each;
     ``distributed(port, process_id)`` gives the extra flags of a multi-process launch."""
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+    env = {**os.environ, "XLA_FLAGS": xla_flags(devices),
            "JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
     port = free_port()

@@ -9,6 +9,7 @@ import pytest
 
 from experiments import bench_accelerator as ba
 from maxk_jax.models import qwen2
+from tests.cpu_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,7 +30,7 @@ def test_model_flops_of_the_issue_train_step():
 
 def _run(tmp_path, *args, timeout=900, missing=()):
     """The smoke run in a subprocess; ``missing``: packages made unimportable there (as on a GPU image)."""
-    env = dict(os.environ)
+    env = dict(os.environ, XLA_FLAGS=xla_flags(fast_compile=False))   # it measures speed: optimised CPU code
     if missing:
         stubs = tmp_path / "missing_packages"
         for name in missing:

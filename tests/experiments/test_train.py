@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
+from tests.cpu_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLAGS = ("config", "resume", "progress", "validate_only")
@@ -19,7 +20,7 @@ FLAGS = ("config", "resume", "progress", "validate_only")
 def train(*args, timeout=240):
     return subprocess.run([sys.executable, "-m", "experiments.train", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout,
-                          env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+                          env={**os.environ, "XLA_FLAGS": xla_flags(8)})
 
 
 def test_help_lists_every_flag_with_help_text():

@@ -20,6 +20,7 @@ from maxk_jax.rl.metrics_log import MetricsLogger, deterministic, read_metrics
 from maxk_jax.fields import replace_fields
 from maxk_jax.sampling import Sampler, SamplerSettings
 from tests.rl.fixtures import echo_problem, small_config
+from tests.cpu_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -203,7 +204,7 @@ def _run_train(cfg_args, out_dir, resume=False):
     cmd = [sys.executable, "-m", "experiments.train", "--config=experiments/configs/tiny_synthetic.py",
            "--progress=false", *cfg_args] + (["--resume"] if resume else [])
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+                            env={**os.environ, "XLA_FLAGS": xla_flags(2)})
 
 
 def _args(tiny_ckpt, problems_file, out_dir):
