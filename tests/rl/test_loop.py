@@ -259,7 +259,8 @@ def test_sigkill_and_resume_reproduces_uninterrupted_run(warm_ckpt, problems_fil
             Checkpointer(cut_dir / "checkpoints", read_only=True) as c2:
         assert c1.all_steps() == c2.all_steps() == [2, 4]
     meta = json.loads((cut_dir / "config.json").read_text())
-    assert meta["algo"]["estimator"] == "maxk_offpolicy"
+    from experiments.configs import base   # the run's method: the configs' default
+    assert meta["algo"]["estimator"] == base.METHODS[base.DEFAULT_METHOD].estimator == "maxk_offpolicy_exact"
     if extra:
         assert [r["rollout/weight_version"] for r in a] == [0, 0, 0, 1]
         assert sorted(os.listdir(cut_dir / "in_flight")) == ["2.host0.pkl", "4.host0.pkl"]
