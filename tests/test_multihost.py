@@ -1,6 +1,6 @@
 """maxk_jax/multihost.py: the helpers in one process, and a real multi-controller cluster of
 2 processes x 4 CPU devices on 127.0.0.1 (gloo collectives) running experiments.train (2 RL
-steps, a checkpoint, a resume) and experiments.evaluate against 1 process x 8 devices."""
+steps, a checkpoint; a resume with -m slow) and experiments.evaluate against 1 process x 8 devices."""
 import json
 import math
 import os
@@ -144,8 +144,7 @@ def assert_same_metrics(single: list[dict], multi: list[dict]) -> None:
         assert not bad, f"step {a['step']}: {bad}"
 
 
-def test_train_on_two_processes_matches_one_process_and_resumes(tiny_ckpt, problems_file, tmp_path,
-                                                                compile_cache):
+def test_train_on_two_processes_matches_one_process(tiny_ckpt, problems_file, tmp_path, compile_cache):
     one, two = tmp_path / "one", tmp_path / "two"
     procs = start("experiments.train", train_args(tiny_ckpt, problems_file, two), processes=2, devices=4,
                   cache=compile_cache, distributed=train_cluster_flags)
@@ -164,13 +163,20 @@ def test_train_on_two_processes_matches_one_process_and_resumes(tiny_ckpt, probl
     report = "eval/step_2/per_problem.jsonl"
     assert (one / report).read_bytes() == (two / report).read_bytes()   # written once, by process 0
 
+
+@pytest.mark.slow   # the default run has the cluster's training above; this adds a second 2-process launch
+def test_train_on_two_processes_resumes_from_a_checkpoint(tiny_ckpt, problems_file, tmp_path, compile_cache):
+    two = tmp_path / "two"
+    finish(start("experiments.train", train_args(tiny_ckpt, problems_file, two), processes=2, devices=4,
+                 cache=compile_cache, distributed=train_cluster_flags))
+    uninterrupted = read_metrics(two / "metrics.jsonl")
     # Resume on the cluster from the step-1 checkpoint: step 2 is redone and logged again.
     shutil.rmtree(two / "checkpoints" / "2")
     finish(start("experiments.train", train_args(tiny_ckpt, problems_file, two, resume=True), processes=2,
                  devices=4, cache=compile_cache, distributed=train_cluster_flags))
     resumed = read_metrics(two / "metrics.jsonl")
     assert [r["step"] for r in resumed] == [1, 2]
-    assert_same_metrics(single, resumed)
+    assert_same_metrics(uninterrupted, resumed)
     assert sorted(os.listdir(two / "checkpoints")) == ["1", "2"]
 
 
