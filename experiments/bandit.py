@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from maxk_jax import cli, estimators
+from maxk_jax import cli, estimators, simulated_devices
 from maxk_jax.rl import losses
 
 DEFAULT_CURVES = ("rloo", "tang_loo", "tang_loo_biased", "maxk:baseline=none",
@@ -487,7 +487,7 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if FLAGS.fast_compile:  # read when JAX initialises its backend, i.e. at the first computation
         os.environ["XLA_FLAGS"] = " ".join(
-            [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
+            [os.environ.get("XLA_FLAGS", ""), simulated_devices.FAST_COMPILE_FLAG]).strip()
     from maxk_jax import preflight
 
     with cli.user_errors():   # every check before work: one line per mistake

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 
 COUNT_FLAG = "xla_force_host_platform_device_count"
+# LLVM optimisation level 0 for XLA:CPU: cheaper compiles, slower code (tiny programs compile far longer
+# than they run); the HLO passes, fusion included, still run.
+FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
 
 
 def request_cpu_devices(count: int, extra_xla_flags: str = "") -> None:
