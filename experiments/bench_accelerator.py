@@ -17,7 +17,8 @@ this run on ``jax.devices()[0]``:
   must read: each prompt once, each row's own tokens at the average step;
   ``maxk_jax.gpu_plan.ideal_bytes``) / the measured bandwidth; ``frac_of_roofline`` = roofline
   step time / measured step time. Per ``--decode_attention`` (``xla``, and/or ``pallas``: the
-  Pallas Triton decode-attention kernels of ``maxk_jax.models.decode_attention``).
+  Pallas Triton decode-attention kernels of ``maxk_jax.models.decode_attention``; ``pallas:S``
+  with S splits of the prompt block, ``Qwen2Config.decode_attention_splits``).
 * ``hf_generate`` (needs torch + a CUDA device, or ``--smoke``; this and ``torch_train`` live in
   ``experiments/bench_torch.py``): transformers ``generate`` of the
   first preset's first case (bf16, sdpa, ``num_return_sequences=n``, exactly ``new_tokens`` new
@@ -71,12 +72,15 @@ def define_flags() -> None:
     flags.DEFINE_list("presets", ["qwen2.5-coder-1.5b", "qwen2.5-coder-7b"], "Decode presets (--smoke: a tiny model).")
     flags.DEFINE_list("cases", ["16x8:512/256", "1x128:1024/256"],
                       "Decode cases PROMPTSxN:PROMPT_LEN/NEW_TOKENS (--smoke: 2x2:32/8,1x4:64/8).")
-    flags.DEFINE_list("train_remat", ["nothing"], "Remat policies of the train step (Qwen2Config.remat_policy: "
-                      "nothing, dots), each timed with every --train_attention.")
+    flags.DEFINE_list("train_remat", ["auto"], "Remat policies of the train step (Qwen2Config.remat_policy: "
+                      "auto (the default: dots on GPU, nothing elsewhere), nothing, dots), each timed with every "
+                      "--train_attention.")
     flags.DEFINE_list("train_attention", ["auto"], "Attention implementations of the train step (auto, chunked, "
                       "dot_product, xla).")
-    flags.DEFINE_list("decode_attention", ["xla"], "Decode attentions timed per case (Qwen2Config.decode_attention): "
-                      "xla and/or pallas (the Pallas Triton kernels; interpreted off GPU). xla,pallas compares them.")
+    flags.DEFINE_list("decode_attention", ["auto"], "Decode attentions timed per case (Qwen2Config.decode_attention): "
+                      "auto (the default: pallas on GPU, xla elsewhere), xla and/or pallas (the Pallas Triton kernels; interpreted off GPU). xla,pallas compares them; "
+                      "pallas:S sets the prompt kernel's splits (Qwen2Config.decode_attention_splits; pallas = "
+                      "chosen per shape).")
     flags.DEFINE_integer("repeats", 3, "Timed calls per decode case / train step (median reported).")
     flags.DEFINE_integer("bandwidth_mib", 2048, "MiB of float32 of the elementwise bandwidth pass.")
     flags.DEFINE_integer("matmul_size", 8192, "Side of the bf16 matmul of the FLOP/s ceiling.")
@@ -254,15 +258,17 @@ def _check_flags() -> list[tuple[int, int, int, int]]:
     if bad:
         raise ValueError(f"--parts: {bad} not among {PARTS}")
     from maxk_jax.models import qwen2
-    for a in FLAGS.decode_attention:
-        if a not in ("xla", "pallas"):
-            raise ValueError(f"--decode_attention: {a!r} is not xla or pallas")
+    from maxk_jax.models import decode_attention
+    # what each entry runs here ("auto": pallas on GPU, xla elsewhere), the name its rows carry
+    FLAGS.decode_attention = [decode_attention.resolve("auto") if attention_variant(a)[0] == "auto" else a
+                              for a in FLAGS.decode_attention]
     for a in FLAGS.train_attention:
         if a not in ("auto", "xla", "chunked", "dot_product"):
             raise ValueError(f"--train_attention: {a!r} is not auto, xla, chunked or dot_product")
     for r in FLAGS.train_remat:
         if r not in qwen2.REMAT_POLICIES:
             raise ValueError(f"--train_remat: {r!r} is not one of {qwen2.REMAT_POLICIES}")
+    FLAGS.train_remat = [qwen2.resolve_remat_policy(r) for r in FLAGS.train_remat]   # "auto": what runs here
     if FLAGS.time_budget_s < 0 or FLAGS.profile_tokens < 2:
         raise ValueError(f"--time_budget_s={FLAGS.time_budget_s} must be >= 0 and --profile_tokens="
                          f"{FLAGS.profile_tokens} >= 2")
@@ -369,7 +375,9 @@ def main(argv: list[str]) -> None:
     bandwidth = res.get("ceilings", {}).get("hbm_bytes_per_s")
     def train_all() -> list[dict[str, Any]]:
         rows = []
-        for policy in FLAGS.train_remat:
+        # the larger step first: JAX's allocator keeps the memory it took, in which the smaller then fits (on
+        # an H200, nothing (37 GB) then dots (67 GB) ran out of memory in one process; dots first did not)
+        for policy in sorted(FLAGS.train_remat, key=lambda p: p != "dots"):
             for attention in FLAGS.train_attention:
                 what = f"train remat_policy={policy} attention={attention}"
                 status, row = attempt(what, lambda: jax_train(train_config.replace(
@@ -392,7 +400,7 @@ def main(argv: list[str]) -> None:
             for case in cases:
                 for attention in FLAGS.decode_attention:
                     status, row = attempt(f"decode {name} {case_text(case)} {attention}", lambda: decode_case(
-                        config.replace(decode_attention=attention), params, case, FLAGS.repeats,
+                        variant_config(config, attention), params, case, FLAGS.repeats,
                         bandwidth or float("nan"), FLAGS.seed))
                     if status != "done":
                         continue
@@ -421,6 +429,22 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"{len(res['errors'])} part(s) or case(s) failed: " + "; ".join(res["errors"]))
 
 
+def attention_variant(text: str) -> tuple[str, int]:
+    """``"xla"`` -> ("xla", 0) (``"auto"`` likewise); ``"pallas"`` / ``"pallas:4"`` -> ("pallas", 0 / 4) (prompt-block splits,
+    0 = chosen per shape). ValueError naming the text."""
+    name, _, splits = text.partition(":")
+    if name not in ("auto", "xla", "pallas") or (splits and (name != "pallas" or not splits.isdigit()
+                                                               or int(splits) < 1)):
+        raise ValueError(f"--decode_attention: {text!r} is not auto, xla, pallas or pallas:S with S >= 1 splits")
+    return name, int(splits or 0)
+
+
+def variant_config(config: Any, text: str) -> Any:
+    """``config`` with the decode attention (and splits) of a --decode_attention entry."""
+    name, splits = attention_variant(text)
+    return config.replace(decode_attention=name, decode_attention_splits=splits)
+
+
 def case_text(case: tuple[int, int, int, int]) -> str:
     """``(16, 8, 512, 256)`` -> ``"16x8:512/256"`` (the --cases syntax)."""
     p, n, tp, t = case
@@ -442,7 +466,7 @@ def profile_decode(config: Any, case: tuple[int, int, int, int], attentions: lis
     prompts = [rng.integers(4, config.vocab_size, size=tp).tolist() for _ in range(p)]
     rows = []
     for attention in attentions:
-        cfg = config.replace(decode_attention=attention)
+        cfg = variant_config(config, attention)
         gen = lambda: jax.block_until_ready(sampling.generate(  # noqa: E731
             cfg, params, prompts, n=n, max_new_tokens=tokens, key=jax.random.key(1)).tokens)
         gen()

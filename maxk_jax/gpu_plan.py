@@ -42,7 +42,7 @@ import numpy as np
 
 from maxk_jax import memory_plan, sample_plan
 from maxk_jax import sharding as sh
-from maxk_jax.models import qwen2
+from maxk_jax.models import decode_attention, qwen2
 from maxk_jax.sampling import SamplerSettings, decode_loop
 
 TARGET_DIR = pathlib.Path(__file__).resolve().parent / "targets"
@@ -327,7 +327,8 @@ def gpu_decode_report(config: qwen2.Qwen2Config, settings: SamplerSettings, num_
     mem = memory_plan.memory_row(target, compiled, compile_s)
     unread = own_cache_unread_bytes(config, num_prompts * settings.n, settings.max_new_tokens)
     return {"target": target, "target_source": source, "compile_s": compile_s, **info, **costs, "ideal": ideal,
-            "decode_attention": config.decode_attention, "compiler_options": dict(compiler_options or {}),
+            "decode_attention": decode_attention.resolve(config.decode_attention, "gpu"),
+            "compiler_options": dict(compiler_options or {}),
             "weight_bytes_bf16": ideal["weights"],
             "materialized_pct": 100.0 * costs["materialized_bytes"] / ideal["weights"],
             "est_over_ideal": costs["est_bytes"] / ideal["total"],
@@ -340,7 +341,7 @@ def own_cache_unread_bytes(config: qwen2.Qwen2Config, rows: int, new_tokens: int
     average decode step (its own-cache kernel loops over the ``length`` live slots only, about
     ``new_tokens / 2`` of the ``new_tokens - 1`` allocated, where the operand counts them all);
     0 for ``"xla"``, whose fusions read every slot."""
-    if config.decode_attention != "pallas":
+    if decode_attention.resolve(config.decode_attention, "gpu") != "pallas":
         return 0
     slots = max(new_tokens - 1, 1)
     per_slot = 2 * config.num_layers * rows * config.num_kv_heads * config.head_dim_ * config.compute_dtype.itemsize

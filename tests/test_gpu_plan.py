@@ -145,9 +145,11 @@ def test_custom_call_outputs_aliased_to_an_operand_are_not_counted_as_written():
 
 def test_own_cache_unread_bytes_counts_the_slots_past_the_average_step():
     config = qwen2.Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=64, num_layers=3, num_heads=4,
-                               num_kv_heads=2, dtype="bfloat16")
+                               num_kv_heads=2, dtype="bfloat16", decode_attention="xla")
     assert gpu_plan.own_cache_unread_bytes(config, rows=8, new_tokens=256) == 0       # xla reads every slot
     pallas = config.replace(decode_attention="pallas")
+    assert gpu_plan.own_cache_unread_bytes(config.replace(decode_attention="auto"), rows=8, new_tokens=256) == \
+        gpu_plan.own_cache_unread_bytes(pallas, rows=8, new_tokens=256)   # the GPU's choice
     per_slot = 2 * 3 * 8 * 2 * 16 * 2                   # K and V, layers, rows, KV heads, head dim, bf16 bytes
     assert gpu_plan.own_cache_unread_bytes(pallas, rows=8, new_tokens=256) == per_slot * (255 - 128)
 

@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from maxk_jax.models import qwen2
+from maxk_jax.models import decode_attention, qwen2
 from maxk_jax.models.kv_cache import KVCache, write_slot
 
 Params = Any
@@ -76,7 +76,8 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
     mask = (cache.prompt_valid, jnp.arange(cache.max_len) < cache.length)
     # The Pallas attention writes each layer's new K/V into its cache block itself (in place, after
     # reading it; a cache in the compute dtype, as init_cache makes it); else they are written below.
-    in_kernel = config.decode_attention == "pallas" and cache.k[0].dtype == config.compute_dtype
+    in_kernel = (decode_attention.resolve(config.decode_attention) == "pallas"
+                 and cache.k[0].dtype == config.compute_dtype)
     layer = qwen2.DecoderLayer(config, "decode", write_cache=in_kernel)
     new_k, new_v = [], []
     for i, layer_params in enumerate(params["layers"]):

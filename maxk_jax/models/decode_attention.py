@@ -31,7 +31,7 @@ mesh (XLA cannot partition a custom call) the kernels run per device under ``sha
 their prompts split along the cache's batch axes (``data``, ``fsdp``), KV heads with their query
 heads along ``tensor`` when the KV-head count divides by it (else every tensor shard attends all
 heads of its rows: the cache is replicated there anyway). Selected by
-``Qwen2Config.decode_attention = "pallas"``.
+``Qwen2Config.decode_attention = "pallas"``, or ``"auto"`` (the default) when compiling for a GPU.
 """
 from __future__ import annotations
 
@@ -50,8 +50,21 @@ from maxk_jax.models.kv_cache import attend_decode, write_slot
 
 NEG = -0.7 * float(jnp.finfo(jnp.float32).max)   # a finite "minus infinity" (exp underflows to 0)
 MIN_TILE = 16                                     # Triton's smallest matmul tile
+SPLIT_TARGET = 128  # prompt-kernel programs wanted (split along the prompt's slots, flash-decoding style):
+                    # 16 prompts x 2 KV heads alone are 32 programs for a GPU of 132 SMs
 Q_TILE = 64       # prompt-kernel query rows per program (the queries of many rows on one prompt are tiled:
                   # one program holding all of 1 prompt x n = 128 rows would exceed an H100's shared memory)
+
+
+def resolve(name: str, platform: str | None = None) -> str:
+    """The decode attention ``name`` (``Qwen2Config.decode_attention``) selects on ``platform``
+    (default: the one being compiled for, :func:`maxk_jax.models.attention.context_platform`):
+    ``"auto"`` -> ``"pallas"`` on GPU, ``"xla"`` elsewhere (CPU, TPU); the others unchanged."""
+    if name not in ("auto", "xla", "pallas"):
+        raise ValueError(f"decode attention {name!r} is not auto, xla or pallas")
+    if name != "auto":
+        return name
+    return "pallas" if (platform or context_platform()) in ("gpu", "cuda") else "xla"
 
 
 def _pow2(x: int) -> int:
@@ -87,10 +100,12 @@ def _block_at(i, bk: int, slots: int) -> tuple[jax.Array, jax.Array]:
     return start, start + jnp.arange(bk) >= i * bk
 
 
-def _prompt_kernel(q_ref, k_ref, v_ref, valid_ref, o_ref, m_ref, l_ref, *, bk, slots, scale):
-    """Program (prompt p, KV head k): q_ref [Q, D], k_ref/v_ref [Tp, D], valid_ref [Tp] int32."""
+def _prompt_kernel(q_ref, k_ref, v_ref, valid_ref, o_ref, m_ref, l_ref, *, bk, slots, scale, per_split):
+    """Program (prompt p, KV head k, query tile, split s): q_ref [Q, D], k_ref/v_ref [Tp, D],
+    valid_ref [Tp] int32; attends blocks ``s * per_split ..`` (at most ``per_split`` of them)."""
     q = q_ref[...]
     nq, d = q.shape
+    first = pl.program_id(3) * per_split
 
     def body(i, carry):
         start, fresh = _block_at(i, bk, slots)
@@ -98,17 +113,18 @@ def _prompt_kernel(q_ref, k_ref, v_ref, valid_ref, o_ref, m_ref, l_ref, *, bk, s
         return _online_block(q, k_ref[pl.ds(start, bk), :], v_ref[pl.ds(start, bk), :], ok, carry, scale)
 
     init = (jnp.zeros((nq, d), jnp.float32), jnp.full((nq,), NEG, jnp.float32), jnp.zeros((nq,), jnp.float32))
-    o, m, l = jax.lax.fori_loop(0, pl.cdiv(slots, bk), body, init)
+    o, m, l = jax.lax.fori_loop(first, jnp.minimum(first + per_split, pl.cdiv(slots, bk)), body, init)
     o_ref[...], m_ref[...], l_ref[...] = o, m, l
 
 
 def _own_kernel(length_ref, q_ref, k_ref, v_ref, o_p_ref, m_p_ref, l_p_ref, out_ref, *cache_refs,
-                bk, slots, scale, n, g, gp, nq_pad):
+                bk, slots, scale, n, g, gp, nq_pad, splits):
     """Program (row b, KV head k): q_ref [Q + 2n, D] (the row's prompt's block of the packed layout
     of :func:`_pack`: its n*G queries, padding to ``nq_pad`` rows, then the n rows' new keys and
     their new values; the row's G heads from row ``(b % n) * G``, its key at ``nq_pad + b % n``,
     its value n rows further), k_ref/v_ref [S, D] (slots < length are live), o_p_ref [Q, D] /
-    m_p_ref, l_p_ref [Q] (the prompt kernel's partial result, the queries' layout) -> out_ref
+    m_p_ref, l_p_ref [Q] (the prompt kernel's partial results, one per split of the prompt block:
+    [splits, Q, D] and [splits, Q], the queries' layout) -> out_ref
     [Gp, D] (a window whose first G rows are the row's heads): the attention over prompt, own
     slots and the token itself. Works on windows of ``gp`` (a power of two >= G) rows; the rows
     past G belong to other rows, heads or padding and are not stored. With ``cache_refs`` =
@@ -131,7 +147,15 @@ def _own_kernel(length_ref, q_ref, k_ref, v_ref, o_p_ref, m_p_ref, l_p_ref, out_
     o, m, l = jax.lax.fori_loop(0, pl.cdiv(length, bk), body, init)   # only the live blocks
 
     # merge with the prompt block and the token's own key by their softmax statistics (float32)
-    o_p, m_p, l_p = o_p_ref[rows, :], m_p_ref[rows], l_p_ref[rows]
+    o_p, m_p, l_p = o_p_ref[0, rows, :], m_p_ref[0, rows], l_p_ref[0, rows]
+    if splits > 1:   # the prompt block's splits merged by their softmax statistics
+        parts = [(o_p_ref[s, rows, :], m_p_ref[s, rows], l_p_ref[s, rows]) for s in range(splits)]
+        m_p = parts[0][1]
+        for part in parts[1:]:
+            m_p = jnp.maximum(m_p, part[1])
+        weights = [jnp.exp(m_s - m_p) for _, m_s, _ in parts]
+        o_p = sum(o_s * w[:, None] for (o_s, _, _), w in zip(parts, weights))
+        l_p = sum(l_s * w for (_, _, l_s), w in zip(parts, weights))
     s_self = jnp.sum(q.astype(jnp.float32) * k_new.astype(jnp.float32), axis=1) * scale
     m_all = jnp.maximum(jnp.maximum(m_p, m), s_self)
     w_p, w_c, w_s = jnp.exp(m_p - m_all), jnp.exp(m - m_all), jnp.exp(s_self - m_all)
@@ -152,17 +176,27 @@ def _compiler_params(interpret: bool) -> plgpu.CompilerParams | None:
     return None if interpret else plgpu.CompilerParams(num_warps=4, num_stages=2)
 
 
-def _partial_outputs(grid: tuple[int, int, int], rows: int, d: int) -> dict:
-    """``out_specs`` / ``out_shape`` of the prompt kernel on ``grid`` = (prompts, kv, row tiles): its
-    float32 partial result o [prompts, kv, rows, D] and softmax statistics m, l [prompts, kv, rows],
-    each program writing its tile of ``rows // grid[2]`` rows."""
-    programs, kv, tiles = grid
+def _partial_outputs(grid: tuple[int, int, int, int], rows: int, d: int) -> dict:
+    """``out_specs`` / ``out_shape`` of the prompt kernel on ``grid`` = (prompts, kv, row tiles,
+    splits): its float32 partial results o [prompts, kv, splits, rows, D] and softmax statistics
+    m, l [prompts, kv, splits, rows], each program writing its tile of ``rows // grid[2]`` rows."""
+    programs, kv, tiles, splits = grid
     tile = rows // tiles
-    specs = [pl.BlockSpec((None, None, tile, d), lambda i, j, t: (i, j, t, 0))] + [
-        pl.BlockSpec((None, None, tile), lambda i, j, t: (i, j, t))] * 2
-    shapes = [jax.ShapeDtypeStruct((programs, kv, rows, d), jnp.float32)] + [
-        jax.ShapeDtypeStruct((programs, kv, rows), jnp.float32)] * 2
+    specs = [pl.BlockSpec((None, None, None, tile, d), lambda i, j, t, s: (i, j, s, t, 0))] + [
+        pl.BlockSpec((None, None, None, tile), lambda i, j, t, s: (i, j, s, t))] * 2
+    shapes = [jax.ShapeDtypeStruct((programs, kv, splits, rows, d), jnp.float32)] + [
+        jax.ShapeDtypeStruct((programs, kv, splits, rows), jnp.float32)] * 2
     return {"out_specs": specs, "out_shape": shapes}
+
+
+def prompt_splits(programs: int, blocks: int, target: int = SPLIT_TARGET) -> int:
+    """Splits of the prompt block along its slots: the largest power of two <= ``blocks`` (K/V
+    blocks of the prompt) that keeps ``programs`` (prompts x KV heads x query tiles) x splits
+    within ``target`` programs; 1 where ``programs`` alone reaches it."""
+    splits = 1
+    while splits * 2 <= blocks and programs * splits * 2 <= target:
+        splits *= 2
+    return splits
 
 
 def _pack(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompts: int, nq: int) -> jax.Array:
@@ -185,11 +219,12 @@ def supported(q: jax.Array, prompt_k: jax.Array, cache_k: jax.Array) -> bool:
     return d >= MIN_TILE and d & (d - 1) == 0 and prompt_k.shape[2] >= MIN_TILE and cache_k.shape[2] >= MIN_TILE
 
 
-@functools.partial(jax.jit, static_argnames=("block_k", "interpret", "write_cache"))
+@functools.partial(jax.jit, static_argnames=("block_k", "interpret", "write_cache", "splits"))
 def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array,
                          prompt_v: jax.Array, prompt_valid: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
                          length: jax.Array, block_k: int = 64, interpret: bool | None = None,
-                         write_cache: bool = False) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
+                         write_cache: bool = False, splits: int = 0
+                         ) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
     """:func:`attend_decode` with own slots ``0 .. length - 1`` valid, by the Pallas kernels above.
 
     q [B,H,D], k_new/v_new [B,K,D]; prompt_k/prompt_v [P,K,Tp,D] with prompt_valid [P,Tp] bool
@@ -202,7 +237,11 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
     ``write_cache``: also write k_new/v_new into slot ``length`` of the cache (dropped when
     ``length >= S``) and return (out, cache_k, cache_v). The own kernel does it in place, through
     outputs aliased to the cache (no write kernels; no copy where the caller's cache buffers can be
-    reused, as in the decode loop); k_new/v_new must then have the cache's dtype."""
+    reused, as in the decode loop); k_new/v_new must then have the cache's dtype.
+
+    ``splits``: programs per (prompt, KV head, query tile) along the prompt's slots, each writing a
+    partial result the own kernel merges (more programs where prompts x KV heads alone leave a GPU's
+    multiprocessors idle); 0 chooses :func:`prompt_splits`, 1 is the unsplit kernel."""
     b, h, d = q.shape
     p, kv = prompt_k.shape[:2]
     if b % p:
@@ -211,6 +250,8 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
         raise ValueError(f"attend_decode_pallas: {h} query heads are not a multiple of {kv} KV heads")
     if block_k < MIN_TILE or block_k & (block_k - 1):
         raise ValueError(f"block_k={block_k} must be a power of two >= {MIN_TILE}")
+    if isinstance(splits, bool) or not isinstance(splits, int) or splits < 0:
+        raise ValueError(f"splits={splits!r} must be an int >= 0 (0: chosen by prompt_splits)")
     if interpret is None and context_platform() == "tpu":
         raise ValueError("decode_attention='pallas' is Triton (GPU) kernels, which a TPU would only interpret "
                          "(slowly): use decode_attention='xla' on TPU")
@@ -221,7 +262,8 @@ def attend_decode_pallas(q: jax.Array, k_new: jax.Array, v_new: jax.Array, promp
         raise ValueError(f"write_cache: the new key/value ({k_new.dtype}, {v_new.dtype}) must have the cache's "
                          f"dtype ({cache_k.dtype}, {cache_v.dtype})")
     args = (q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v, length)
-    local = functools.partial(_attend_local, block_k=block_k, interpret=interpret, write_cache=write_cache)
+    local = functools.partial(_attend_local, block_k=block_k, interpret=interpret, write_cache=write_cache,
+                              splits=splits)
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
         return local(*args)
@@ -246,7 +288,7 @@ def shard_specs(mesh_shape: Mapping[str, int], prompts: int, kv_heads: int
 
 def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array, prompt_v: jax.Array,
                   prompt_valid: jax.Array, cache_k: jax.Array, cache_v: jax.Array, length: jax.Array,
-                  block_k: int, interpret: bool | None, write_cache: bool = False
+                  block_k: int, interpret: bool | None, write_cache: bool = False, splits: int = 0
                   ) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
     """:func:`attend_decode_pallas` on one device (or one shard): the same arguments and result."""
     b, h, d = q.shape
@@ -272,14 +314,18 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     nq = -(-max(n * g, (n - 1) * g + ng) // qt) * qt
     qp = _pack(q, k_new, v_new, p, nq)
     bk = _block(tp, block_k)
+    blocks = -(-tp // bk)
+    splits = min(splits or prompt_splits(p * kv * (nq // qt), blocks), blocks)
+    per_split = -(-blocks // splits)
+    splits = -(-blocks // per_split)   # none empty
     o_p, m_p, l_p = pl.pallas_call(
-        functools.partial(_prompt_kernel, bk=bk, slots=tp, scale=scale),
-        grid=(p, kv, nq // qt),
-        in_specs=[pl.BlockSpec((None, None, qt, d), lambda i, j, t: (i, j, t, 0)),
-                  pl.BlockSpec((None, None, tp, d), lambda i, j, t: (i, j, 0, 0)),
-                  pl.BlockSpec((None, None, tp, d), lambda i, j, t: (i, j, 0, 0)),
-                  pl.BlockSpec((None, tp), lambda i, j, t: (i, 0))],
-        **_partial_outputs((p, kv, nq // qt), nq, d),
+        functools.partial(_prompt_kernel, bk=bk, slots=tp, scale=scale, per_split=per_split),
+        grid=(p, kv, nq // qt, splits),
+        in_specs=[pl.BlockSpec((None, None, qt, d), lambda i, j, t, s: (i, j, t, 0)),
+                  pl.BlockSpec((None, None, tp, d), lambda i, j, t, s: (i, j, 0, 0)),
+                  pl.BlockSpec((None, None, tp, d), lambda i, j, t, s: (i, j, 0, 0)),
+                  pl.BlockSpec((None, tp), lambda i, j, t, s: (i, 0))],
+        **_partial_outputs((p, kv, nq // qt, splits), nq, d),
         compiler_params=params, interpret=interpret, name="decode_attention_prompt",
     )(qp, prompt_k, prompt_v, prompt_valid.astype(jnp.int32))
 
@@ -294,14 +340,14 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     out_spec = pl.BlockSpec((None, None, ng, d), lambda i, j: (i, j, 0, 0))
     out_shape = jax.ShapeDtypeStruct((b, kv, g, d), q.dtype)
     outs = pl.pallas_call(
-        functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale, n=n, g=g, gp=ng, nq_pad=nq),
+        functools.partial(_own_kernel, bk=bk, slots=s_own, scale=scale, n=n, g=g, gp=ng, nq_pad=nq, splits=splits),
         grid=(b, kv),
         in_specs=[pl.BlockSpec((1,), lambda i, j: (0,)),
                   pl.BlockSpec((None, None, nq + 2 * n, d), lambda i, j: (i // n, j, 0, 0)),
                   cache_spec, cache_spec,
-                  pl.BlockSpec((None, None, nq, d), lambda i, j: (i // n, j, 0, 0)),
-                  pl.BlockSpec((None, None, nq), lambda i, j: (i // n, j, 0)),
-                  pl.BlockSpec((None, None, nq), lambda i, j: (i // n, j, 0))],
+                  pl.BlockSpec((None, None, splits, nq, d), lambda i, j: (i // n, j, 0, 0, 0)),
+                  pl.BlockSpec((None, None, splits, nq), lambda i, j: (i // n, j, 0, 0)),
+                  pl.BlockSpec((None, None, splits, nq), lambda i, j: (i // n, j, 0, 0))],
         out_specs=[out_spec, cache_spec, cache_spec] if write_cache else out_spec,
         out_shape=[out_shape, jax.ShapeDtypeStruct(cache_k.shape, cache_k.dtype),
                    jax.ShapeDtypeStruct(cache_v.shape, cache_v.dtype)] if write_cache else out_shape,

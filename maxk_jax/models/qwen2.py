@@ -63,7 +63,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from maxk_jax.models import decode_attention
-from maxk_jax.models.attention import attend, attention  # noqa: F401  (attend: re-exported)
+from maxk_jax.models.attention import attend, attention, context_platform  # noqa: F401  (attend: re-exported)
 from maxk_jax.models.kv_cache import (KVCache, attend_decode, cache_logical_axes,  # noqa: F401
                                       init_cache)
 from maxk_jax.models.qwen2_config import (DECODE_ATTENTION, DTYPES, PRESETS, REMAT_POLICIES,  # noqa: F401
@@ -163,10 +163,22 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 SAVED_BY_DOTS = ("attn_qkv", "attn_out", "mlp_gate_up")
 
 
+def resolve_remat_policy(name: str, platform: str | None = None) -> str:
+    """The remat policy ``name`` selects on ``platform`` (default: the one being compiled for):
+    ``"auto"`` -> ``"dots"`` on GPU, ``"nothing"`` elsewhere; the others unchanged."""
+    if name not in REMAT_POLICIES:
+        raise ValueError(f"remat_policy={name!r}; expected one of {REMAT_POLICIES}")
+    if name != "auto":
+        return name
+    return "dots" if (platform or context_platform()) in ("gpu", "cuda") else "nothing"
+
+
 def remat_policy(name: str) -> Callable[..., bool]:
     """The ``jax.checkpoint`` policy of ``Qwen2Config.remat_policy`` ``name``: "nothing" recomputes
     the whole layer in the backward pass; "dots" keeps the tensors named in :data:`SAVED_BY_DOTS`
-    (q, k, v after RoPE, the attention output, the MLP's gate and up projections)."""
+    (q, k, v after RoPE, the attention output, the MLP's gate and up projections); "auto" is
+    :func:`resolve_remat_policy`'s choice for the platform being compiled for."""
+    name = resolve_remat_policy(name)
     if name == "nothing":
         return jax.checkpoint_policies.nothing_saveable
     if name == "dots":
@@ -195,7 +207,8 @@ class Attention(nn.Module):
         ``length`` of k, v itself and the updated k, v [B,K,S,D] are returned instead.
         """
         cfg, pd, cd = self.config, self.config.params_dtype, self.config.compute_dtype
-        if self.write_cache and (self.mode != "decode" or cfg.decode_attention != "pallas"):
+        pallas = decode_attention.resolve(cfg.decode_attention) == "pallas"
+        if self.write_cache and (self.mode != "decode" or not pallas):
             raise ValueError(f"write_cache is for mode='decode' with decode_attention='pallas', got mode="
                              f"{self.mode!r}, decode_attention={cfg.decode_attention!r} (the xla path writes "
                              f"after the step)")
@@ -221,7 +234,7 @@ class Attention(nn.Module):
         if self.mode == "decode":
             pk, pv, ck, cv = layer_cache
             prompt_valid, valid = mask
-            if cfg.decode_attention == "pallas":   # valid is the prefix 0 .. length-1 (the decode step's)
+            if pallas:   # valid is the prefix 0 .. length-1 (the decode step's)
                 if valid.ndim != 1:
                     raise ValueError(f"decode_attention='pallas' needs the own-slot mask as a prefix [S], got "
                                      f"shape {valid.shape}")
@@ -229,11 +242,12 @@ class Attention(nn.Module):
                 if self.write_cache:   # the kernel writes k, v into the cache in place (it keeps its dtype)
                     out, ck, cv = decode_attention.attend_decode_pallas(
                         q[:, 0], k[:, 0].astype(ck.dtype), v[:, 0].astype(cv.dtype), pk.astype(cd), pv.astype(cd),
-                        prompt_valid, ck, cv, length, write_cache=True)
+                        prompt_valid, ck, cv, length, write_cache=True,
+                        splits=int(cfg.decode_attention_splits))
                 else:
                     out = decode_attention.attend_decode_pallas(
                         q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd), prompt_valid, ck.astype(cd),
-                        cv.astype(cd), length)
+                        cv.astype(cd), length, splits=int(cfg.decode_attention_splits))
                 out = out[:, None]
             else:
                 out = attend_decode(q[:, 0], k[:, 0], v[:, 0], pk.astype(cd), pv.astype(cd),

@@ -12,9 +12,9 @@ import numpy as np
 #: Supported dtype names (config fields `dtype` and `param_dtype`).
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 #: Implementations of the one-token decode attention (config field `decode_attention`).
-DECODE_ATTENTION = ("xla", "pallas")
+DECODE_ATTENTION = ("auto", "xla", "pallas")
 #: Values of Qwen2Config.remat_policy (``qwen2.remat_policy`` gives each one's jax.checkpoint policy).
-REMAT_POLICIES = ("nothing", "dots")
+REMAT_POLICIES = ("auto", "nothing", "dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,15 +40,20 @@ class Qwen2Config:
     remat: bool = False  # rematerialise each decoder layer in the backward pass
     # what a rematerialised layer keeps from its forward pass (REMAT_POLICIES): nothing (recompute the
     # whole layer: least memory) | dots (keep q, k, v, the attention output and the MLP's gate / up:
-    # no matmul recomputed but the attention's; more memory)
-    remat_policy: str = "nothing"
+    # no matmul recomputed but the attention's; more memory) | auto = dots when compiling for a GPU
+    # (faster there, measured), nothing elsewhere
+    remat_policy: str = "auto"
     # full/prefill attention: auto | xla | chunked | dot_product (models.attention); auto = dot_product
     # (cuDNN flash) when compiling for a GPU, chunked elsewhere
     attention: str = "auto"
     attention_chunk: int = 512  # queries per block of the chunked attention
-    # one-token decode attention over the KV cache: xla (kv_cache.attend_decode) | pallas (the
-    # Pallas GPU kernels of models.decode_attention: K/V read once, live slots only; interpreted off GPU)
-    decode_attention: str = "xla"
+    # one-token decode attention over the KV cache: auto | xla (kv_cache.attend_decode) | pallas (the
+    # Pallas GPU kernels of models.decode_attention: K/V read once, live slots only; interpreted off GPU);
+    # auto = pallas when compiling for a GPU (faster at every measured shape), xla elsewhere
+    decode_attention: str = "auto"
+    # decode_attention="pallas": programs per (prompt, KV head, query tile) along the prompt's slots
+    # (flash-decoding splits; 0 = chosen by models.decode_attention.prompt_splits, 1 = unsplit)
+    decode_attention_splits: int = 0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
@@ -78,6 +83,10 @@ class Qwen2Config:
         if self.decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"Qwen2Config.decode_attention={self.decode_attention!r}; expected one of "
                              f"{DECODE_ATTENTION}")
+        if isinstance(self.decode_attention_splits, bool) or not isinstance(
+                self.decode_attention_splits, (int, np.integer)) or self.decode_attention_splits < 0:
+            raise ValueError(f"Qwen2Config.decode_attention_splits must be an int >= 0 (0: chosen per shape), got "
+                             f"{self.decode_attention_splits!r}")
         if not isinstance(self.attention_chunk, (int, np.integer)) or self.attention_chunk < 1:
             raise ValueError(f"Qwen2Config.attention_chunk must be an int >= 1, got {self.attention_chunk!r}")
         if not (self.rope_theta > 0 and self.rms_norm_eps > 0):

@@ -59,8 +59,10 @@ class ModelSettings:
     the frozen KL reference weights ("" = dtype; "bfloat16" halves them: the reference pass
     computes in compute_dtype anyway); remat: rematerialise decoder
     layers; remat_policy: what a rematerialised layer keeps ("nothing" | "dots": the projections'
-    outputs, no matmul recomputed but the attention's, for more memory); decode_attention: the sampler's one-token attention ("xla" | "pallas": the Pallas GPU
-    kernels of ``models.decode_attention``, interpreted off GPU); logprob_chunk: vocabulary columns per chunk of the log-prob passes (train step,
+    outputs, no matmul recomputed but the attention's, for more memory | "auto": dots on GPU, nothing
+    elsewhere); decode_attention: the sampler's one-token attention ("xla" | "pallas": the Pallas GPU
+    kernels of ``models.decode_attention``, interpreted off GPU | "auto": pallas on GPU, xla elsewhere;
+    on a GPU pass auto or pallas / dots: faster there, measured); logprob_chunk: vocabulary columns per chunk of the log-prob passes (train step,
     reference pass; None = ``logprobs.pick_vocab_chunk(V)``, divisor of V in [4096, 8192])."""
 
     SECTION: ClassVar[str] = "model"

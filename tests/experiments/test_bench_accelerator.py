@@ -21,6 +21,15 @@ def test_cases_parse_and_bad_ones_are_named():
             ba.parse_case(bad)
 
 
+def test_decode_attention_entries_parse_and_bad_ones_are_named():
+    assert [ba.attention_variant(t) for t in ("auto", "xla", "pallas", "pallas:4")] == [
+        ("auto", 0), ("xla", 0), ("pallas", 0), ("pallas", 4)]
+    assert ba.variant_config(qwen2.preset("qwen2.5-coder-1.5b"), "pallas:2").decode_attention_splits == 2
+    for bad in ("flash", "xla:2", "pallas:0", "pallas:x"):
+        with pytest.raises(ValueError, match=f"'{bad}'"):
+            ba.attention_variant(bad)
+
+
 def test_model_flops_of_the_issue_train_step():
     c = qwen2.preset("qwen2.5-coder-1.5b")
     layer = 1536 * 1536 * 2 + 2 * 1536 * 256 + 3 * 1536 * 8960          # q, o; k, v; gate, up, down

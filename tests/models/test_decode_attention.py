@@ -57,8 +57,28 @@ def test_many_rows_per_prompt_tile_the_prompt_queries(monkeypatch):
     x = _inputs(p=1, n=20, kv=1, g=2, d=16, tp=32, s=20, dtype=jnp.float32, seed=3)
     want = attend_decode(**x, valid=jnp.arange(20) < 11)
     got = decode_attention.attend_decode_pallas(**x, length=jnp.int32(11), block_k=16)
-    assert calls == [(1, 1, 4), (20, 1)]
+    assert calls == [(1, 1, 4, 2), (20, 1)]   # and the 2 prompt blocks of 16 slots in 2 splits
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 8])
+def test_prompt_block_split_along_its_slots_equals_attend_decode(splits):
+    # tp = 70 in blocks of 16: 5 blocks (the last shifted back), 3 splits of 2 + 2 + 1 blocks, 8 capped at 5;
+    # left padding leaves the first split's first block partly masked
+    x = _inputs(p=2, n=2, kv=2, g=2, d=16, tp=70, s=24, dtype=jnp.float32, seed=5)
+    want = attend_decode(**x, valid=jnp.arange(24) < 10)
+    got = decode_attention.attend_decode_pallas(**x, length=jnp.int32(10), block_k=16, splits=splits)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+def test_prompt_splits_fill_the_target_programs():
+    assert decode_attention.prompt_splits(programs=32, blocks=8, target=128) == 4    # 1.5B, 16 prompts x 2 KV heads
+    assert decode_attention.prompt_splits(programs=32, blocks=2, target=128) == 2    # capped by the blocks
+    assert decode_attention.prompt_splits(programs=200, blocks=8, target=128) == 1   # enough programs already
+    assert decode_attention.prompt_splits(programs=26, blocks=16, target=128) == 4   # 1 x 128 rows, 13 query tiles x 2
+    with pytest.raises(ValueError, match="splits=-1"):
+        decode_attention.attend_decode_pallas(**_inputs(p=1, n=2, kv=1, g=2, d=16, tp=32, s=20, dtype=jnp.float32),
+                                              length=jnp.int32(3), splits=-1)
 
 
 @pytest.mark.parametrize("d,s,length", [(16, 20, 0), (16, 20, 13), (16, 20, 20), (8, 20, 7)])
@@ -162,6 +182,31 @@ def test_config_rejects_unknown_decode_attention():
     with pytest.raises(ValueError, match="decode_attention='flash'"):
         qwen2.Qwen2Config(vocab_size=8, hidden_size=32, intermediate_size=8, num_layers=1, num_heads=2,
                           num_kv_heads=1, decode_attention="flash")
+    with pytest.raises(ValueError, match="decode_attention_splits must be an int >= 0.*-1"):
+        qwen2.Qwen2Config(vocab_size=8, hidden_size=32, intermediate_size=8, num_layers=1, num_heads=2,
+                          num_kv_heads=1, decode_attention_splits=-1)
+
+
+def test_auto_is_pallas_on_gpu_and_xla_elsewhere():
+    assert qwen2.Qwen2Config(vocab_size=8, hidden_size=32, intermediate_size=8, num_layers=1, num_heads=2,
+                             num_kv_heads=1).decode_attention == "auto"
+    assert [decode_attention.resolve("auto", p) for p in ("gpu", "cuda", "cpu", "tpu")] == [
+        "pallas", "pallas", "xla", "xla"]
+    assert decode_attention.resolve("xla", "gpu") == "xla" and decode_attention.resolve("pallas", "cpu") == "pallas"
+    assert decode_attention.resolve("auto") == "xla"     # compiled here, for the CPU
+    with pytest.raises(ValueError, match="'flash'"):
+        decode_attention.resolve("flash")
+
+
+def test_auto_decodes_on_cpu_exactly_as_xla():
+    from maxk_jax import sampling
+    base = qwen2.Qwen2Config(vocab_size=61, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                             num_kv_heads=2, max_position_embeddings=128, rope_theta=10000.0)
+    params = qwen2.init_params(base, jax.random.key(0))
+    outs = [sampling.generate(base.replace(decode_attention=a), params, [[3, 4, 5], [6, 7]], n=2, max_new_tokens=6,
+                              key=jax.random.key(1)) for a in ("auto", "xla")]
+    np.testing.assert_array_equal(outs[0].tokens, outs[1].tokens)
+    np.testing.assert_array_equal(outs[0].logprobs, outs[1].logprobs)
 
 
 @pytest.mark.parametrize("cache_dtype", [None, pytest.param("bfloat16", marks=pytest.mark.slow)])

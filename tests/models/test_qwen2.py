@@ -199,6 +199,15 @@ def test_remat_policy_dots_keeps_the_projections_and_recomputes_no_matmul_but_at
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), g_plain, g_dots)
 
 
+def test_remat_policy_auto_is_dots_on_gpu_and_nothing_elsewhere():
+    assert _tiny().remat_policy == "auto"
+    assert [qwen2.resolve_remat_policy("auto", p) for p in ("gpu", "cuda", "cpu", "tpu")] == [
+        "dots", "dots", "nothing", "nothing"]
+    assert qwen2.resolve_remat_policy("auto") == "nothing"      # compiled here, for the CPU
+    assert qwen2.resolve_remat_policy("dots", "cpu") == "dots"
+    assert qwen2.remat_policy("auto") is qwen2.remat_policy("nothing")
+
+
 def test_remat_policy_is_checked():
     with pytest.raises(ValueError, match="remat_policy='some'"):
         _tiny().replace(remat_policy="some")

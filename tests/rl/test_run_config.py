@@ -46,7 +46,7 @@ def test_defaults_are_the_papers_hyperparameters():
     (lambda: EvalSettings(options=((1, 2),)), r"eval.options=\(\(1, 2\),\) must be \(name, value\) pairs"),
     (lambda: ModelSettings(dtype="float16"), r"model.dtype='float16' must be"),
     (lambda: ModelSettings(reference_dtype="f16"), r"model.reference_dtype='f16' must be '', 'float32' or 'bfloat16'"),
-    (lambda: ModelSettings(remat_policy="all"), r"model.remat_policy='all' must be one of \('nothing', 'dots'\)"),
+    (lambda: ModelSettings(remat_policy="all"), r"model.remat_policy='all' must be one of \('auto', 'nothing', 'dots'\)"),
     (lambda: OptimSettings(mu_dtype="int8"), r"optim.mu_dtype='int8' must be '', 'float32' or 'bfloat16'"),
     (lambda: OptimSettings(schedule="step"), r"optim.schedule='step' is not one of"),
     (lambda: OptimSettings(learning_rate=0.0), r"optim.learning_rate=0.0 must be a finite number > 0"),
