@@ -16,9 +16,10 @@ this run on ``jax.devices()[0]``:
   prefill alone, ms per decode step, and the roofline: (bf16 weight bytes + the KV bytes a step
   must read: each prompt once, each row's own tokens at the average step;
   ``maxk_jax.gpu_plan.ideal_bytes``) / the measured bandwidth; ``frac_of_roofline`` = roofline
-  step time / measured step time. Per ``--decode_attention`` (``xla``, and/or ``pallas``: the
-  Pallas Triton decode-attention kernels of ``maxk_jax.models.decode_attention``; ``pallas:S``
-  with S splits of the prompt block, ``Qwen2Config.decode_attention_splits``).
+  step time / measured step time. Per ``--decode_attention`` (``auto``, the default: ``pallas`` on
+  GPU, ``xla`` elsewhere, rows named by what ran; ``xla``, and/or ``pallas``: the Pallas Triton
+  decode-attention kernels of ``maxk_jax.models.decode_attention``; ``pallas:S`` with S splits of
+  the prompt block, ``Qwen2Config.decode_attention_splits``). The timing is ``experiments/bench_decode.py``'s.
 * ``hf_generate`` (needs torch + a CUDA device, or ``--smoke``; this and ``torch_train`` live in
   ``experiments/bench_torch.py``): transformers ``generate`` of the
   first preset's first case (bf16, sdpa, ``num_return_sequences=n``, exactly ``new_tokens`` new
@@ -26,7 +27,7 @@ this run on ``jax.devices()[0]``:
 * ``train``: ``rl.training.make_train_step`` (maxk_offpolicy, k = 4, 16 prompts x n = 8, 512 + 256
   tokens, 4 micro-batches, float32 params + bf16 compute, remat, Adam) per ``--train_attention``
   and ``--train_remat`` (the remat policy: ``nothing`` recomputes each layer, ``dots`` keeps the
-  projections' outputs)
+  projections' outputs, ``auto``, the default, is dots on GPU; the dots step runs first)
   (``auto`` = cuDNN flash attention on GPU); tokens/s = B x S / step time, model FLOP/s = 3 x
   forward matmul FLOPs (projections on B x S tokens, attention on the S x S square, LM head on
   the B x T completion positions), peak device memory (JAX's counter: the process's peak so far).
@@ -81,7 +82,8 @@ def define_flags() -> None:
                       "dot_product, xla).")
     flags.DEFINE_list("decode_attention", ["auto"], "Decode attentions timed per case (Qwen2Config.decode_attention): "
                       "auto (the default: pallas on GPU, xla elsewhere), xla and/or pallas (the Pallas Triton "
-                      "kernels; interpreted off GPU). xla,pallas compares them; pallas:S sets the prompt kernel's splits (Qwen2Config.decode_attention_splits; pallas = "
+                      "kernels; interpreted off GPU). xla,pallas compares them; pallas:S sets the prompt "
+                      "kernel's splits (Qwen2Config.decode_attention_splits; pallas = "
                       "chosen per shape).")
     flags.DEFINE_integer("repeats", 3, "Timed calls per decode case / train step (median reported).")
     flags.DEFINE_integer("bandwidth_mib", 2048, "MiB of float32 of the elementwise bandwidth pass.")

@@ -8,8 +8,9 @@ Each ``--entries`` item is ``VARIANT/ATTENTION``: a named set of XLA compiler op
 given to ``sampling.decode_loop`` by re-jitting it with ``compiler_options`` (nothing else changes:
 the prefill keeps the process's options), and a ``bench_accelerator --decode_attention`` entry
 (``auto``, ``xla``, ``pallas`` or ``pallas:S``). Every entry is timed like ``bench_accelerator``'s
-decode cases (``experiments.bench_decode.decode_case``: ms per decode step, tok/s, the roofline fraction against the bandwidth
-measured at the start of the run), so the rows of one run share their ceiling and machine.
+decode cases (``experiments.bench_decode.decode_case``: ms per decode step, tok/s, the roofline
+fraction against the bandwidth measured at the start of the run), so the rows of one run share their
+ceiling and machine.
 Writes ``bench_decode_options.json`` to ``--results_dir`` after every entry and prints one line per entry.
 Where XLA's while loop costs time on a GPU (the host launching each step's CUDA graph while the GPU
 waits), these are the switches to try: no command buffers, the loop itself in one, or no small graphs.

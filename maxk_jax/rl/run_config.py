@@ -62,8 +62,9 @@ class ModelSettings:
     outputs, no matmul recomputed but the attention's, for more memory | "auto": dots on GPU, nothing
     elsewhere); decode_attention: the sampler's one-token attention ("xla" | "pallas": the Pallas GPU
     kernels of ``models.decode_attention``, interpreted off GPU | "auto": pallas on GPU, xla elsewhere;
-    on a GPU pass auto or pallas / dots: faster there, measured); logprob_chunk: vocabulary columns per chunk of the log-prob passes (train step,
-    reference pass; None = ``logprobs.pick_vocab_chunk(V)``, divisor of V in [4096, 8192])."""
+    on a GPU pass auto or pallas / dots: faster there, measured); logprob_chunk: vocabulary columns
+    per chunk of the log-prob passes (train step, reference pass; None = ``logprobs.pick_vocab_chunk(V)``,
+    divisor of V in [4096, 8192])."""
 
     SECTION: ClassVar[str] = "model"
     path: str = ""
