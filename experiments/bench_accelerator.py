@@ -186,15 +186,15 @@ def _check_flags() -> list[tuple[int, int, int, int]]:
     from maxk_jax.models import qwen2
     from maxk_jax.models import decode_attention
     # what each entry runs here ("auto": pallas on GPU, xla elsewhere), the name its rows carry
-    FLAGS.decode_attention = [decode_attention.resolve("auto") if attention_variant(a)[0] == "auto" else a
-                              for a in FLAGS.decode_attention]
+    FLAGS.decode_attention = list(dict.fromkeys(   # (once each: auto,pallas on a GPU is pallas)
+        decode_attention.resolve("auto") if attention_variant(a)[0] == "auto" else a for a in FLAGS.decode_attention))
     for a in FLAGS.train_attention:
         if a not in ("auto", "xla", "chunked", "dot_product"):
             raise ValueError(f"--train_attention: {a!r} is not auto, xla, chunked or dot_product")
     for r in FLAGS.train_remat:
         if r not in qwen2.REMAT_POLICIES:
             raise ValueError(f"--train_remat: {r!r} is not one of {qwen2.REMAT_POLICIES}")
-    FLAGS.train_remat = [qwen2.resolve_remat_policy(r) for r in FLAGS.train_remat]   # "auto": what runs here
+    FLAGS.train_remat = list(dict.fromkeys(qwen2.resolve_remat_policy(r) for r in FLAGS.train_remat))   # auto: here
     if FLAGS.time_budget_s < 0 or FLAGS.profile_tokens < 2:
         raise ValueError(f"--time_budget_s={FLAGS.time_budget_s} must be >= 0 and --profile_tokens="
                          f"{FLAGS.profile_tokens} >= 2")

@@ -54,7 +54,8 @@ def _run(tmp_path, *args, timeout=900, missing=(), fast_compile=False):
 
 def test_smoke_ceilings_and_decode(tmp_path):
     # without datasets and ml_collections, which the GPU images lack: the benchmark needs neither
-    out = _run(tmp_path, "--parts=ceilings,decode", "--cases=1x2:16/4", "--repeats=1",
+    # auto,xla: one row on CPU (auto is xla here, and each attention runs once)
+    out = _run(tmp_path, "--parts=ceilings,decode", "--cases=1x2:16/4", "--repeats=1", "--decode_attention=auto,xla",
                f"--profile_dir={tmp_path / 'profile'}", "--profile_tokens=4", missing=("datasets", "ml_collections"))
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads((tmp_path / "bench_accelerator.json").read_text())
