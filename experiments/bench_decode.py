@@ -91,8 +91,9 @@ def smoke_config() -> Any:
 def attention_variant(text: str) -> tuple[str, int]:
     """``"xla"`` -> ("xla", 0) (``"auto"`` likewise); ``"pallas"`` / ``"pallas:4"`` -> ("pallas", 0 / 4)
     (prompt-block splits, 0 = chosen per shape). ValueError naming the text."""
+    from maxk_jax.models.qwen2_config import DECODE_ATTENTION
     name, _, splits = text.partition(":")
-    if name not in ("auto", "xla", "pallas") or (splits and (name != "pallas" or not splits.isdigit()
+    if name not in DECODE_ATTENTION or (splits and (name != "pallas" or not splits.isdigit()
                                                                or int(splits) < 1)):
         raise ValueError(f"--decode_attention: {text!r} is not auto, xla, pallas or pallas:S with S >= 1 splits")
     return name, int(splits or 0)

@@ -62,7 +62,7 @@ def parse_entry(text: str) -> tuple[str, str]:
 
 def run(config: Any, entries: list[tuple[str, str]], case: tuple[int, int, int, int], repeats: int, seed: int,
         bandwidth: float, out: pathlib.Path | None = None) -> list[dict[str, Any]]:
-    """Time each (variant, attention) entry with ``bench_accelerator.decode_case``; the decode loop is
+    """Time each (variant, attention) entry with ``bench_decode.decode_case``; the decode loop is
     re-jitted once per variant with its compiler options. Rows are written to ``out`` (if given)
     after every entry. Returns the rows ({"variant", "decode_attention", **decode_case's})."""
     import jax
@@ -97,6 +97,7 @@ def main(argv: list[str]) -> None:
     from absl import app
 
     from maxk_jax import cli
+    from maxk_jax.models import qwen2
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     with cli.user_errors():
@@ -104,12 +105,10 @@ def main(argv: list[str]) -> None:
         case = bench.parse_case("2x2:32/8" if FLAGS.smoke and FLAGS["case"].using_default_value else FLAGS.case)
         if FLAGS.repeats < 1:
             raise ValueError(f"--repeats={FLAGS.repeats} must be >= 1")
-        from maxk_jax.models import qwen2
         if not FLAGS.smoke and FLAGS.preset not in qwen2.PRESETS:
             raise ValueError(f"--preset: unknown preset {FLAGS.preset!r}; available: {sorted(qwen2.PRESETS)}")
     import jax
 
-    from maxk_jax.models import qwen2
     t0 = time.perf_counter()
     base = bench.smoke_config() if FLAGS.smoke else qwen2.preset(FLAGS.preset)
     config = base.replace(dtype="bfloat16", param_dtype="bfloat16")

@@ -40,6 +40,12 @@ def context_platform() -> str:
     return getattr(device, "platform", None) or jax.default_backend()
 
 
+def compiling_for_gpu(platform: str | None = None) -> bool:
+    """Whether ``platform`` (default :func:`context_platform`) is a GPU: what every ``"auto"`` choice
+    of the model (training attention, decode attention, remat policy) turns on."""
+    return (platform or context_platform()) in ("gpu", "cuda")
+
+
 def resolve(implementation: str, platform: str | None = None) -> str:
     """The implementation ``implementation`` names on ``platform`` (default
     :func:`context_platform`): ``"auto"`` -> ``"dot_product"`` on GPU (cuDNN flash attention),
@@ -48,7 +54,7 @@ def resolve(implementation: str, platform: str | None = None) -> str:
         raise ValueError(f"attention implementation {implementation!r} is not one of {CHOICES}")
     if implementation != "auto":
         return implementation
-    return "dot_product" if (platform or context_platform()) in ("gpu", "cuda") else "chunked"
+    return "dot_product" if compiling_for_gpu(platform) else "chunked"
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:

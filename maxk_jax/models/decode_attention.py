@@ -45,8 +45,9 @@ from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec
 
 from maxk_jax import sharding as sh
-from maxk_jax.models.attention import context_platform
+from maxk_jax.models.attention import compiling_for_gpu, context_platform
 from maxk_jax.models.kv_cache import attend_decode, write_slot
+from maxk_jax.models.qwen2_config import DECODE_ATTENTION
 
 NEG = -0.7 * float(jnp.finfo(jnp.float32).max)   # a finite "minus infinity" (exp underflows to 0)
 MIN_TILE = 16                                     # Triton's smallest matmul tile
@@ -60,11 +61,11 @@ def resolve(name: str, platform: str | None = None) -> str:
     """The decode attention ``name`` (``Qwen2Config.decode_attention``) selects on ``platform``
     (default: the one being compiled for, :func:`maxk_jax.models.attention.context_platform`):
     ``"auto"`` -> ``"pallas"`` on GPU, ``"xla"`` elsewhere (CPU, TPU); the others unchanged."""
-    if name not in ("auto", "xla", "pallas"):
-        raise ValueError(f"decode attention {name!r} is not auto, xla or pallas")
+    if name not in DECODE_ATTENTION:
+        raise ValueError(f"decode attention {name!r} is not one of {DECODE_ATTENTION}")
     if name != "auto":
         return name
-    return "pallas" if (platform or context_platform()) in ("gpu", "cuda") else "xla"
+    return "pallas" if compiling_for_gpu(platform) else "xla"
 
 
 def _pow2(x: int) -> int:
@@ -301,7 +302,7 @@ def _attend_local(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
             return out
         return out, write_slot(cache_k, k_new, length), write_slot(cache_v, v_new, length)
     if interpret is None:
-        interpret = context_platform() not in ("gpu", "cuda")
+        interpret = not compiling_for_gpu()
     n, g = b // p, h // kv
     scale = d ** -0.5
     params = _compiler_params(interpret)

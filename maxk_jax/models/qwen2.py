@@ -63,7 +63,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from maxk_jax.models import decode_attention
-from maxk_jax.models.attention import attend, attention, context_platform  # noqa: F401  (attend: re-exported)
+from maxk_jax.models.attention import attend, attention, compiling_for_gpu  # noqa: F401  (attend: re-exported)
 from maxk_jax.models.kv_cache import (KVCache, attend_decode, cache_logical_axes,  # noqa: F401
                                       init_cache)
 from maxk_jax.models.qwen2_config import (DECODE_ATTENTION, DTYPES, PRESETS, REMAT_POLICIES,  # noqa: F401
@@ -170,7 +170,7 @@ def resolve_remat_policy(name: str, platform: str | None = None) -> str:
         raise ValueError(f"remat_policy={name!r}; expected one of {REMAT_POLICIES}")
     if name != "auto":
         return name
-    return "dots" if (platform or context_platform()) in ("gpu", "cuda") else "nothing"
+    return "dots" if compiling_for_gpu(platform) else "nothing"
 
 
 def remat_policy(name: str) -> Callable[..., bool]:

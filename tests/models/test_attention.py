@@ -123,3 +123,9 @@ def test_auto_is_the_default_and_the_same_program_as_chunked_on_cpu():
 
     chunked, auto = program(base), program(base.replace(attention="auto"))
     assert auto == chunked and chunked != program(base.replace(attention="dot_product"))
+
+
+def test_compiling_for_gpu_names_the_gpu_platforms_and_defaults_to_the_one_compiled_for():
+    from maxk_jax.models.attention import compiling_for_gpu
+    assert compiling_for_gpu("gpu") and compiling_for_gpu("cuda")
+    assert not compiling_for_gpu("cpu") and not compiling_for_gpu("tpu") and not compiling_for_gpu()   # here: CPU
