@@ -195,18 +195,69 @@ def _aliased_output_bytes(shape: str, line: str) -> int:
     return sum(memory_plan.shape_bytes(elements[i]) for i in indices if i < len(elements))
 
 
+def _reduces_leading(fused: _Comp, index: int) -> bool:
+    """Whether fused computation ``fused`` reads its parameter ``index`` only through reductions
+    over its leading dimension (possibly after bitcasts): how a split-K GEMM's partials are summed."""
+    param = next((n for n, _, op, line in fused.instructions
+                  if op == "parameter" and int(_need(r"parameter\((\d+)\)", line)) == index), None)
+    names, seen = [param] if param else [], False
+    while names:
+        name = names.pop()
+        for user, _, op, line in fused.instructions:
+            if name not in _operands(line):
+                continue
+            if op == "bitcast":
+                names.append(user)
+            elif op == "reduce" and _operands(line)[0] == name and re.search(r"dimensions=\{0\}", line):
+                seen = True
+            else:
+                return False
+    return seen
+
+
+def _split_k_results(comp: _Comp, comps: dict[str, _Comp]) -> dict[str, int]:
+    """GEMM fusions of ``comp`` whose result holds split-K partial sums -> their result bytes: XLA
+    split the contraction into S slices (a fused ROOT ``dot`` with a batch dimension of S) and
+    another fusion sums the [S, ...] result over its leading dimension."""
+    def fused_of(line: str) -> _Comp | None:
+        m = _CALLS.search(line)
+        return comps.get(m.group(1)) if m else None
+
+    gemms = {}
+    for name, shape, op, line in comp.instructions:
+        fused = fused_of(line) if op in ("fusion", "fusion-start") else None
+        if fused is None:
+            continue
+        root_shape, root_op, root_line = fused.root
+        while root_op == "bitcast" and _operands(root_line) and _operands(root_line)[0] in fused.by_name:
+            _, root_op, root_line = fused.by_name[_operands(root_line)[0]]
+        if root_op == "dot" and "lhs_batch_dims" in root_line:
+            gemms[name] = memory_plan.shape_bytes(root_shape)
+    found: dict[str, int] = {}
+    for name, shape, op, line in comp.instructions if gemms else ():
+        fused = fused_of(line) if op in ("fusion", "fusion-start") else None
+        for i, operand in enumerate(_operands(line) if fused is not None else ()):
+            while operand in comp.by_name and comp.by_name[operand][1] == "bitcast" and _operands(
+                    comp.by_name[operand][2]):
+                operand = _operands(comp.by_name[operand][2])[0]
+            if operand in gemms and _reduces_leading(fused, i):
+                found[operand] = gemms[operand]
+    return found
+
+
 def decode_step_costs(text: str) -> dict[str, Any]:
     """Per iteration of the decode ``while`` loop of an optimized HLO module (the while whose body
     reaches the most computations) -> ``{"kernels", "materialized_bytes", "est_bytes",
-    "kernel_ops": {opcode: count}, "copies": [{"op", "name", "shape", "bytes", "times"}],
+    "split_k_bytes" (of est_bytes: split-K partial sums written by GEMMs and read back to be summed,
+    :func:`_split_k_results`), "kernel_ops": {opcode: count}, "copies": [{"op", "name", "shape", "bytes", "times"}],
     "traffic": [{"op", "name", "bytes", "times"}] (every launched op, largest total first)}``, every
     figure multiplied by the trip counts of the nested loops it sits in. The loop's condition
     counts once per iteration, as do those of nested loops without a ``known_trip_count`` (XLA:GPU
     runs a loop of known trip count without evaluating its condition). ValueError without a loop."""
     comps = _parse(text)
     outer, cond = memory_plan.outer_loop({c: comp.instructions for c, comp in comps.items()})
-    out: dict[str, Any] = {"kernels": 0, "materialized_bytes": 0, "est_bytes": 0, "copies": [], "kernel_ops": {},
-                           "traffic": []}
+    out: dict[str, Any] = {"kernels": 0, "materialized_bytes": 0, "est_bytes": 0, "split_k_bytes": 0, "copies": [],
+                           "kernel_ops": {}, "traffic": []}
 
     def launched(comp: _Comp, name: str, shape: str, op: str, line: str, times: int) -> None:
         ops = _operands(line)
@@ -238,6 +289,7 @@ def decode_step_costs(text: str) -> dict[str, Any]:
         if name in stack or name not in comps:
             return
         comp = comps[name]
+        out["split_k_bytes"] += 2 * times * sum(_split_k_results(comp, comps).values())   # written, then read
         for iname, shape, op, line in comp.instructions:
             if op == "while":
                 trip = memory_plan.TRIP.search(line)
@@ -361,6 +413,11 @@ def report_lines(r: dict[str, Any], top: int = 5) -> list[str]:
            f"  est. bytes moved per decode step: {r['est_bytes'] / gb:.3f} GB = {r['est_over_ideal']:.2f} x the "
            f"ideal {r['ideal']['total'] / gb:.3f} GB (weights {r['ideal']['weights'] / gb:.3f} + KV "
            f"{r['ideal']['kv'] / gb:.3f})"]
+    if r.get("split_k_bytes"):
+        out.append(f"    of which split-K partial sums: {r['split_k_bytes'] / gb:.3f} GB ("
+                   f"{r['split_k_bytes'] / r['ideal']['total']:.2f} x the ideal): GEMMs split along their "
+                   "contraction write partial products that the next kernel reads back to sum (here XLA's "
+                   "untuned default tiling; on a GPU the autotuner picks each GEMM's split)")
     if r.get("decode_attention") == "pallas":
         out.append(f"  decode attention: pallas; with its own-cache kernel reading the live slots only (not the whole "
                    f"operand): {r['est_live_over_ideal']:.2f} x the ideal")
@@ -374,7 +431,7 @@ def summary(r: dict[str, Any]) -> dict[str, float]:
     return {k: float(np.round(r[k], 4)) for k in ("materialized_pct", "est_over_ideal", "est_live_over_ideal",
                                                   "compile_s")} | {"decode_attention": r["decode_attention"],
         "kernels": r["kernels"], "materialized_bytes": r["materialized_bytes"], "est_bytes": r["est_bytes"],
-        "ideal_bytes": r["ideal"]["total"]}
+        "split_k_bytes": r["split_k_bytes"], "ideal_bytes": r["ideal"]["total"]}
 
 
 def gpu_train_memory(config: qwen2.Qwen2Config, step_config: Any, sequences: int, prompt_len: int,

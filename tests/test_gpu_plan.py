@@ -108,6 +108,86 @@ def test_decode_step_costs_of_a_hand_written_module():
     assert r["traffic"][0]["name"] == "slice_fusion"
 
 
+# a decode step with two batched GEMM fusions: %partials (split-K: f32 [2, 4, 8] partial products that
+# %sum reduces over the leading dimension, through a bitcast) and %scores (an attention-like batched dot
+# whose result is used elementwise: not split-K)
+SPLIT_K_HLO = """HloModule jit_decode_loop
+
+%gemm_split (p0: bf16[4,2,8], p1: bf16[2,8,8]) -> f32[2,4,8] {
+  %p0 = bf16[4,2,8]{2,1,0} parameter(0)
+  %p1 = bf16[2,8,8]{2,1,0} parameter(1)
+  %d = f32[2,8,4]{1,2,0} dot(%p1, %p0), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={1}, rhs_contracting_dims={2}
+  ROOT %b = f32[2,4,8]{2,1,0} bitcast(%d)
+}
+
+%gemm_batched (q0: bf16[2,4,8], q1: bf16[2,8,8]) -> f32[2,4,8] {
+  %q0 = bf16[2,4,8]{2,1,0} parameter(0)
+  %q1 = bf16[2,8,8]{2,1,0} parameter(1)
+  ROOT %e = f32[2,4,8]{2,1,0} dot(%q0, %q1), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+}
+
+%add_f32 (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %z = f32[] add(%x, %y)
+}
+
+%sum_split (r0: f32[2,4,8], r1: bf16[4,8]) -> bf16[4,8] {
+  %r0 = f32[2,4,8]{2,1,0} parameter(0)
+  %r1 = bf16[4,8]{1,0} parameter(1)
+  %zero = f32[] constant(0)
+  %red = f32[4,8]{1,0} reduce(%r0, %zero), dimensions={0}, to_apply=%add_f32
+  %cv = bf16[4,8]{1,0} convert(%red)
+  ROOT %res = bf16[4,8]{1,0} add(%cv, %r1)
+}
+
+%scale (s0: f32[2,4,8]) -> f32[2,4,8] {
+  %s0 = f32[2,4,8]{2,1,0} parameter(0)
+  ROOT %n = f32[2,4,8]{2,1,0} negate(%s0)
+}
+
+%step (t: (s32[], bf16[4,8], bf16[2,8,8])) -> (s32[], bf16[4,8], bf16[2,8,8]) {
+  %t = (s32[], bf16[4,8]{1,0}, bf16[2,8,8]{2,1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %h = bf16[4,8]{1,0} get-tuple-element(%t), index=1
+  %w = bf16[2,8,8]{2,1,0} get-tuple-element(%t), index=2
+  %hb = bf16[4,2,8]{2,1,0} bitcast(%h)
+  %partials = f32[2,4,8]{2,1,0} fusion(%hb, %w), kind=kCustom, calls=%gemm_split
+  %pb = f32[2,4,8]{2,1,0} bitcast(%partials)
+  %sum = bf16[4,8]{1,0} fusion(%pb, %h), kind=kLoop, calls=%sum_split
+  %hq = bf16[2,4,8]{2,1,0} bitcast(%h)
+  %scores = f32[2,4,8]{2,1,0} fusion(%hq, %w), kind=kCustom, calls=%gemm_batched
+  %neg = f32[2,4,8]{2,1,0} fusion(%scores), kind=kLoop, calls=%scale
+  ROOT %u = (s32[], bf16[4,8]{1,0}, bf16[2,8,8]{2,1,0}) tuple(%i, %sum, %w)
+}
+
+%step_cond (c: (s32[], bf16[4,8], bf16[2,8,8])) -> pred[] {
+  %c = (s32[], bf16[4,8]{1,0}, bf16[2,8,8]{2,1,0}) parameter(0)
+  %c1 = s32[] get-tuple-element(%c), index=0
+  %c2 = s32[] constant(8)
+  ROOT %lt = pred[] compare(%c1, %c2), direction=LT
+}
+
+ENTRY %main (a: bf16[4,8]) -> bf16[4,8] {
+  %a = bf16[4,8]{1,0} parameter(0)
+  %loop = (s32[], bf16[4,8]{1,0}, bf16[2,8,8]{2,1,0}) while(%t0), condition=%step_cond, body=%step, backend_config={"known_trip_count":{"n":"8"}}
+  ROOT %r = bf16[4,8]{1,0} get-tuple-element(%loop), index=1
+}
+"""
+
+
+def test_split_k_partials_are_the_batched_gemm_results_summed_over_their_leading_dimension():
+    r = gpu_plan.decode_step_costs(SPLIT_K_HLO)
+    # %partials: f32[2, 4, 8] = 256 B written by the GEMM and read by %sum; %scores is not split-K
+    assert r["split_k_bytes"] == 2 * 256
+    assert r["split_k_bytes"] < r["est_bytes"]
+    assert r["kernel_ops"] == {"fusion": 4, "compare": 1}
+    lines = gpu_plan.report_lines({**r, "target_source": "t", "rows": 4, "prompt_bucket": 16, "compile_s": 1.0,
+                                   "materialized_pct": 0.0, "weight_bytes_bf16": 1024, "est_over_ideal": 1.0,
+                                   "ideal": {"total": 1024, "weights": 512, "kv": 512}})
+    assert any("split-K partial sums: 0.000 GB (0.50 x the ideal)" in line for line in lines)
+
+
 def test_decode_step_costs_needs_a_loop_and_ideal_bytes_count_prompts_once():
     with pytest.raises(ValueError, match="no while loop"):
         gpu_plan.decode_step_costs("HloModule m\n\nENTRY %main (a: f32[2]) -> f32[2] {\n"
