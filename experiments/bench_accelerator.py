@@ -38,7 +38,9 @@ this run on ``jax.devices()[0]``:
 
 * ``--profile_dir`` (optional, after the decode): a ``jax.profiler`` trace of a short ``generate``
   of the first case per decode attention, and its per-step kernel breakdown
-  (``maxk_jax.trace_summary``: kernels per step, busy time, the largest kernel classes) in the JSON.
+  (``maxk_jax.trace_summary``: kernels per step, busy time, the largest kernel classes) in the JSON;
+  with ``--profile_tokens`` equal to the case's new tokens, also the decode part's unprofiled step
+  beside it (the profiler slows the host's graph launches: only the unprofiled step says what is idle).
 
 Order: the torch baselines first (their memory is handed back), then the ceilings, the train step
 and the decode; ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set (JAX and torch share the GPU).
@@ -342,9 +344,13 @@ def main(argv: list[str]) -> None:
     part("decode", decode_all)
     if FLAGS.profile_dir:
         config = first_config.replace(dtype="bfloat16", param_dtype="bfloat16")
+        # the same case's unprofiled step (the decode part), when the trace decodes as many tokens
+        unprofiled = {r["decode_attention"]: r["ms_per_step"] for r in res.get("decode", [])
+                      if r["preset"] == first_name and (r["prompts"], r["n"], r["prompt_len"], r["new_tokens"])
+                      == cases[0] and r["new_tokens"] == FLAGS.profile_tokens}
         status, profiles = attempt("profile", lambda: profile_decode(
             config, cases[0], FLAGS.decode_attention, FLAGS.profile_tokens, pathlib.Path(FLAGS.profile_dir),
-            FLAGS.seed))
+            FLAGS.seed, unprofiled))
         if status == "done":
             res["profiles"] = [{"preset": first_name, **r} for r in profiles]
     res["total_s"] = time.perf_counter() - t_start
@@ -356,9 +362,13 @@ def main(argv: list[str]) -> None:
 
 
 def profile_decode(config: Any, case: tuple[int, int, int, int], attentions: list[str], tokens: int,
-                   directory: pathlib.Path, seed: int) -> list[dict[str, Any]]:
+                   directory: pathlib.Path, seed: int, unprofiled_ms: dict[str, float] | None = None
+                   ) -> list[dict[str, Any]]:
     """One ``jax.profiler`` trace (perfetto JSON under ``directory/<attention>``) of a ``tokens``-token
-    ``generate`` of ``case`` per decode attention, after a compiling call; returns where each went."""
+    ``generate`` of ``case`` per decode attention, after a compiling call; returns where each went.
+    ``unprofiled_ms``: attention -> the same decode's ms per step without the profiler, stored in the
+    breakdown (``unprofiled_us_per_step``) beside the traced kernel time: what of the traced step's
+    span is idle on the GPU, and what is the profiler's."""
     import jax
 
     from maxk_jax import sampling, trace_summary
@@ -382,6 +392,8 @@ def profile_decode(config: Any, case: tuple[int, int, int, int], attentions: lis
             raise RuntimeError(f"jax.profiler wrote no perfetto_trace.json.gz under {where}")
         summary = trace_summary.kernel_breakdown(trace_summary.load_events(perfetto[-1]), "jit_decode_loop",
                                                  tokens - 1)
+        if attention in (unprofiled_ms or {}):
+            summary["unprofiled_us_per_step"] = 1e3 * unprofiled_ms[attention]
         rows.append({"decode_attention": attention, "case": case_text(case), "new_tokens": tokens,
                      "trace": str(perfetto[-1].relative_to(directory)), "breakdown": summary})
         print(f"profile {attention} ({perfetto[-1]}):", *trace_summary.breakdown_lines(summary), sep="\n  ", flush=True)

@@ -70,10 +70,17 @@ def kernel_breakdown(events: list[dict[str, Any]], module: str, steps: int, top:
 
 
 def breakdown_lines(summary: dict[str, Any], rows: int = 10) -> list[str]:
-    """A printable summary of :func:`kernel_breakdown` (per-step figures, the largest classes)."""
+    """A printable summary of :func:`kernel_breakdown` (per-step figures, the largest classes), with the
+    idle time an ``unprofiled_us_per_step`` entry (the same loop timed without the profiler) implies:
+    the GPU idles ~(unprofiled step - traced kernel time) per step; the rest of the traced span is the
+    profiler's own (it slows the host's graph launches)."""
     s = summary
     lines = [f"{s['module']}: {s['events_per_step']:.0f} kernels per step, {s['busy_us_per_step']:.0f} us busy of "
              f"{s['span_us_per_step']:.0f} us per step ({s['steps']} steps)"]
+    if s.get("unprofiled_us_per_step"):
+        u = s["unprofiled_us_per_step"]
+        lines.append(f"  unprofiled, the same decode takes {u:.0f} us per step: ~{max(u - s['busy_us_per_step'], 0):.0f} "
+                     f"us of it idle; {s['span_us_per_step'] - u:+.0f} us per step of the traced span is the profiler's")
     for r in s["top_classes"][:rows]:
         lines.append(f"  {r['us_per_step']:9.1f} us/step  x{r['per_step']:6.1f}  median {r['median_us']:7.2f} us  "
                      f"{r['name']}")

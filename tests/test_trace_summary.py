@@ -38,6 +38,11 @@ def test_breakdown_per_step_on_device_events_only(tmp_path):
             ("gemm_fusion_dot", 20.0, 1.0), ("loop_add_fusion", 4.0, 1.5)]
     lines = ts.breakdown_lines(got)
     assert lines[0].startswith("jit_decode_loop: 2 kernels per step, 24 us busy of 26 us") and len(lines) == 3
+    # timed without the profiler at 25 us per step: 1 us idle, and 1 us of the 26 us span is the profiler's
+    lines = ts.breakdown_lines({**got, "unprofiled_us_per_step": 25.0})
+    assert lines[1] == ("  unprofiled, the same decode takes 25 us per step: ~1 us of it idle; +1 us per step of "
+                        "the traced span is the profiler's") and len(lines) == 4
+    assert "~0 us of it idle" in ts.breakdown_lines({**got, "unprofiled_us_per_step": 20.0})[1]
 
 
 def test_host_events_are_used_when_the_trace_has_no_device():

@@ -72,7 +72,8 @@ def test_smoke_ceilings_and_decode(tmp_path):
     assert (tmp_path / "profile" / prof["trace"]).is_file() and prof["new_tokens"] == 4
     assert prof["breakdown"]["module"] == "jit_decode_loop" and prof["breakdown"]["steps"] == 3
     assert prof["breakdown"]["events_per_step"] > 0 and prof["breakdown"]["top_classes"]
-    assert "profile xla" in out.stdout and "kernels per step" in out.stdout
+    assert prof["breakdown"]["unprofiled_us_per_step"] == pytest.approx(1e3 * d["ms_per_step"])   # the same case
+    assert "profile xla" in out.stdout and "kernels per step" in out.stdout and "unprofiled, the same" in out.stdout
 
 
 def test_a_spent_time_budget_skips_what_is_left_and_says_so(tmp_path):
