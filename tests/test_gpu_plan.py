@@ -252,6 +252,22 @@ def test_h100_plan_with_the_pallas_decode_attention_and_xla_options():
     assert any("XLA options: xla_gpu_experimental_force_split_k=1" in line for line in gpu_plan.report_lines(r))
 
 
+@pytest.mark.slow
+def test_h100_plan_counts_split_k_partials_only_where_xla_splits():
+    if not gpu_plan.plugin_available():
+        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
+    config = qwen2.Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=1024, num_layers=2, num_heads=4,
+                               num_kv_heads=2, dtype="bfloat16", decode_attention="pallas")
+    settings = SamplerSettings(n=8, max_new_tokens=32)
+    split = gpu_plan.gpu_decode_report(config, settings, 2, 16)      # XLA's default tiling splits these GEMMs
+    whole = gpu_plan.gpu_decode_report(config, settings, 2, 16,
+                                       compiler_options={"xla_gpu_experimental_force_split_k": 1})
+    assert 0 < split["split_k_bytes"] < split["est_bytes"] and whole["split_k_bytes"] == 0
+    assert whole["est_bytes"] < split["est_bytes"]
+    assert any("split-K partial sums" in line for line in gpu_plan.report_lines(split))
+    assert not any("split-K partial sums" in line for line in gpu_plan.report_lines(whole))
+
+
 def test_target_mesh_refuses_a_bad_tensor_size_before_looking_for_the_plugin():
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match=f"tensor={bad!r}"):
