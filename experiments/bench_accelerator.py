@@ -62,8 +62,8 @@ from absl import app, flags
 
 from experiments import bench_torch
 from experiments.bench_accelerator_report import write
-from experiments.bench_decode import (attention_variant, case_text, ceilings, decode_case, parse_case,  # noqa: F401
-                                      smoke_config, variant_config)
+from experiments.bench_decode import (attention_variant, case_text, ceilings, decode_case, fused_draw,  # noqa: F401
+                                      parse_case, smoke_config, variant_config)
 from experiments.bench_torch import median_time as _median_time
 
 FLAGS = flags.FLAGS
@@ -86,7 +86,8 @@ def define_flags() -> None:
                       "auto (the default: pallas on GPU, xla elsewhere), xla and/or pallas (the Pallas Triton "
                       "kernels; interpreted off GPU). xla,pallas compares them; pallas:S sets the prompt "
                       "kernel's splits (Qwen2Config.decode_attention_splits; pallas = "
-                      "chosen per shape).")
+                      "chosen per shape); a +draw suffix (pallas+draw) also runs the LM head and the draw as "
+                      "one Pallas kernel (Qwen2Config.decode_draw=pallas).")
     flags.DEFINE_integer("repeats", 3, "Timed calls per decode case / train step (median reported).")
     flags.DEFINE_integer("bandwidth_mib", 2048, "MiB of float32 of the elementwise bandwidth pass.")
     flags.DEFINE_integer("matmul_size", 8192, "Side of the bf16 matmul of the FLOP/s ceiling.")
@@ -189,7 +190,8 @@ def _check_flags() -> list[tuple[int, int, int, int]]:
     from maxk_jax.models import decode_attention
     # what each entry runs here ("auto": pallas on GPU, xla elsewhere), the name its rows carry
     FLAGS.decode_attention = list(dict.fromkeys(   # (once each: auto,pallas on a GPU is pallas)
-        decode_attention.resolve("auto") if attention_variant(a)[0] == "auto" else a for a in FLAGS.decode_attention))
+        decode_attention.resolve("auto") + ("+draw" if fused_draw(a) else "") if attention_variant(a)[0] == "auto"
+        else a for a in FLAGS.decode_attention))
     for a in FLAGS.train_attention:
         if a not in ("auto", "xla", "chunked", "dot_product"):
             raise ValueError(f"--train_attention: {a!r} is not auto, xla, chunked or dot_product")

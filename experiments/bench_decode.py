@@ -90,19 +90,29 @@ def smoke_config() -> Any:
 
 def attention_variant(text: str) -> tuple[str, int]:
     """``"xla"`` -> ("xla", 0) (``"auto"`` likewise); ``"pallas"`` / ``"pallas:4"`` -> ("pallas", 0 / 4)
-    (prompt-block splits, 0 = chosen per shape). ValueError naming the text."""
+    (prompt-block splits, 0 = chosen per shape); a ``+draw`` suffix (``"pallas+draw"``) selects the
+    fused LM head + draw as well (:func:`fused_draw`). ValueError naming the text."""
     from maxk_jax.models.qwen2_config import DECODE_ATTENTION
-    name, _, splits = text.partition(":")
+    base, plus, extra = text.partition("+")
+    name, _, splits = base.partition(":")
     if name not in DECODE_ATTENTION or (splits and (name != "pallas" or not splits.isdigit()
-                                                               or int(splits) < 1)):
-        raise ValueError(f"--decode_attention: {text!r} is not auto, xla, pallas or pallas:S with S >= 1 splits")
+                                                               or int(splits) < 1)) or (plus and extra != "draw"):
+        raise ValueError(f"--decode_attention: {text!r} is not auto, xla, pallas or pallas:S with S >= 1 splits, "
+                         "optionally followed by +draw")
     return name, int(splits or 0)
 
 
+def fused_draw(text: str) -> bool:
+    """Whether a --decode_attention entry asks for the fused LM head + draw (``+draw``:
+    ``Qwen2Config.decode_draw="pallas"``)."""
+    return attention_variant(text) is not None and text.endswith("+draw")
+
+
 def variant_config(config: Any, text: str) -> Any:
-    """``config`` with the decode attention (and splits) of a --decode_attention entry."""
+    """``config`` with the decode attention (and splits, and the draw) of a --decode_attention entry."""
     name, splits = attention_variant(text)
-    return config.replace(decode_attention=name, decode_attention_splits=splits)
+    return config.replace(decode_attention=name, decode_attention_splits=splits,
+                          decode_draw="pallas" if fused_draw(text) else "xla")
 
 
 def case_text(case: tuple[int, int, int, int]) -> str:

@@ -46,12 +46,14 @@ def unstack_layers(params: Params) -> Params:
     return {**params, "layers": tuple(jax.tree.map(lambda x, i=i: x[i], layers) for i in range(num))}
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("head",))
 def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, positions: jax.Array,
-                cache: KVCache) -> tuple[jax.Array, KVCache]:
+                cache: KVCache, head: bool = True) -> tuple[jax.Array, KVCache]:
     """One token per sample row with the layers unrolled: tokens [B], positions [B] int32, params
     stacked or per-layer (:func:`unstack_layers`), cache with B sample rows -> (float32 logits
     [B, V], the cache with these tokens' K/V in generated slot ``length`` and length + 1).
+    ``head=False``: the final-normed hidden state [B, E] (compute dtype) instead of the logits, for
+    a caller that applies the LM head itself (:mod:`maxk_jax.sampling.lm_head_draw`).
 
     The model's decode step (jit-compiled, config static), with the values of the scanned model's
     decode mode (``qwen2.Qwen2(mode="decode")``) for the same weights: the token attends to the
@@ -85,7 +87,7 @@ def decode_step(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, po
                                                                   cache.k[i], cache.v[i]), rope, mask)   # in place
         new_k.append(k_i)
         new_v.append(v_i)
-    logits = qwen2.output_logits(config, params, h)[:, 0]
+    logits = (qwen2.output_logits(config, params, h) if head else qwen2.final_norm(config, params, h))[:, 0]
     if in_kernel:
         return logits, cache.replace(k=tuple(new_k), v=tuple(new_v), length=cache.length + 1)
     # The barrier makes the writes wait for the logits, i.e. for every layer's read of the old

@@ -66,7 +66,7 @@ from maxk_jax.models import decode_attention
 from maxk_jax.models.attention import attend, attention, compiling_for_gpu  # noqa: F401  (attend: re-exported)
 from maxk_jax.models.kv_cache import (KVCache, attend_decode, cache_logical_axes,  # noqa: F401
                                       init_cache)
-from maxk_jax.models.qwen2_config import (DECODE_ATTENTION, DTYPES, PRESETS, REMAT_POLICIES,  # noqa: F401
+from maxk_jax.models.qwen2_config import (DECODE_ATTENTION, DECODE_DRAW, DTYPES, PRESETS, REMAT_POLICIES,  # noqa: F401
                                           Qwen2Config, preset)
 
 Params = Any
@@ -379,11 +379,17 @@ def tied_logits(h: jax.Array, embedding: jax.Array) -> jax.Array:
     return jnp.einsum("bte,ve->btv", h, embedding.astype(h.dtype), preferred_element_type=jnp.float32)
 
 
+def final_norm(config: Qwen2Config, params: Params, h: jax.Array) -> jax.Array:
+    """The final RMSNorm of the last layer's hidden state h [..., E] (compute dtype): what the LM
+    head multiplies."""
+    return RMSNorm(config).apply({"params": params["final_norm"]}, h)
+
+
 def output_logits(config: Qwen2Config, params: Params, h: jax.Array) -> jax.Array:
     """The model's head as a function of its weights: final RMSNorm, then the tied embedding or
     ``lm_head`` -> float32 logits [B,T,V] for the last layer's hidden state h [B,T,E] (the same
     operations as :class:`Qwen2`'s last lines)."""
-    h = RMSNorm(config).apply({"params": params["final_norm"]}, h)
+    h = final_norm(config, params, h)
     if config.tie_word_embeddings:
         logits = tied_logits(h, params["embed"]["embedding"])
     else:

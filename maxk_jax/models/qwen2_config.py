@@ -13,6 +13,8 @@ import numpy as np
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 #: Implementations of the one-token decode attention (config field `decode_attention`).
 DECODE_ATTENTION = ("auto", "xla", "pallas")
+#: Implementations of the decode step's LM head + token draw (config field `decode_draw`).
+DECODE_DRAW = ("xla", "pallas")
 #: Values of Qwen2Config.remat_policy (``qwen2.remat_policy`` gives each one's jax.checkpoint policy).
 REMAT_POLICIES = ("auto", "nothing", "dots")
 
@@ -54,6 +56,11 @@ class Qwen2Config:
     # decode_attention="pallas": programs per (prompt, KV head, query tile) along the prompt's slots
     # (flash-decoding splits; 0 = chosen by models.decode_attention.prompt_splits, 1 = unsplit)
     decode_attention_splits: int = 0
+    # the decode step's LM head and token draw: xla (the LM head GEMM writes float32 logits, the draw
+    # reads them) | pallas (one Pallas GPU kernel per vocabulary tile: logits, Gumbel noise and the
+    # draw's partial reductions, no logits array: sampling.lm_head_draw; plain temperature sampling
+    # with threefry keys, else the xla path; opt-in, not yet measured on a GPU)
+    decode_draw: str = "xla"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
@@ -83,6 +90,8 @@ class Qwen2Config:
         if self.decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"Qwen2Config.decode_attention={self.decode_attention!r}; expected one of "
                              f"{DECODE_ATTENTION}")
+        if self.decode_draw not in DECODE_DRAW:
+            raise ValueError(f"Qwen2Config.decode_draw={self.decode_draw!r}; expected one of {DECODE_DRAW}")
         if isinstance(self.decode_attention_splits, bool) or not isinstance(
                 self.decode_attention_splits, (int, np.integer)) or self.decode_attention_splits < 0:
             raise ValueError(f"Qwen2Config.decode_attention_splits must be an int >= 0 (0: chosen per shape), got "

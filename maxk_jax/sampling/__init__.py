@@ -7,6 +7,7 @@ log-probs of the distribution sampled from (temperature, top-k, top-p).
 Private modules: ``_sampler`` (prefill, decode loop, keys), ``_buckets`` (padding / bucketing of the
 prompt batch), ``_filters`` (the sampling distribution: temperature, top-k / top-p truncation and its
 log-probs) and ``_draw`` (the Gumbel-max draw of one token per row: three passes on CPU, one on GPU / TPU);
+``lm_head_draw``: the decode step's LM head and draw as one Pallas GPU kernel (``Qwen2Config.decode_draw``);
 ``sampler``: the `Sampler` object (model config, weights, tokenizer, mesh, settings, prompt format)
 that the RL rollout and the evaluation sample completions of problems with; ``rollout_copy``: the
 weights in a layout made for decoding, made once per RL step.

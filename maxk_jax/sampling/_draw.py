@@ -61,9 +61,10 @@ def draw_three_pass(gumbels: jax.Array, scaled: jax.Array) -> tuple[jax.Array, j
     return tokens, ((picked - top) - lse)[:, 0]
 
 
-def _combine(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+def combine_partials(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
     """The one-pass reduction's combiner over (max, sum of exp(x - max), best perturbed value, its
-    index, its scaled logit): an online log-sum-exp beside a first-index argmax."""
+    index, its scaled logit), each [...]: an online log-sum-exp beside a first-index argmax (also
+    what merges the fused LM head + draw's per-tile partials, :mod:`maxk_jax.sampling.lm_head_draw`)."""
     a_max, a_sum, a_val, a_idx, a_logit = a
     b_max, b_sum, b_val, b_idx, b_logit = b
     top = jnp.maximum(a_max, b_max)
@@ -81,7 +82,7 @@ def draw_one_pass(gumbels: jax.Array, scaled: jax.Array) -> tuple[jax.Array, jax
     init = (np.float32(-np.inf), np.float32(0.0), np.float32(-np.inf), np.int32(np.iinfo(np.int32).max),
             np.float32(-np.inf))
     top, total, _, tokens, picked = jax.lax.reduce(
-        (scaled, jnp.ones_like(scaled), gumbels + scaled, iota, scaled), init, _combine, (scaled.ndim - 1,))
+        (scaled, jnp.ones_like(scaled), gumbels + scaled, iota, scaled), init, combine_partials, (scaled.ndim - 1,))
     return tokens, (picked - top) - jnp.log(total)
 
 

@@ -91,6 +91,7 @@ from maxk_jax import multihost
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.models import decode, qwen2
 from maxk_jax.fields import check_int
+from maxk_jax.sampling import lm_head_draw
 from maxk_jax.sampling._draw import draw_tokens
 from maxk_jax.sampling._filters import filtered_logits, sampling_logprobs, validate_filters
 from maxk_jax.sampling._inputs import check_prompts, sample_keys, stop_id_array
@@ -283,12 +284,23 @@ def decode_loop(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh
     def cond(s: _LoopState) -> jax.Array:
         return (s.step < t_max) & ~jnp.all(s.done)
 
+    # the LM head and the draw as one Pallas kernel (Qwen2Config.decode_draw="pallas") where it gives
+    # this draw: plain temperature sampling, threefry keys, one device; else logits, then draw
+    fused = config.decode_draw == "pallas" and lm_head_draw.applies(
+        settings.temperature, settings.top_k, settings.top_p, keys, mesh)
+
     def body(s: _LoopState) -> _LoopState:
         prev = jax.lax.dynamic_index_in_dim(s.tokens, s.step - 1, axis=1, keepdims=False)
-        logits, cache = decode.decode_step(config, params, prev, prompt_lengths + s.step - 1,
-                                          s.cache)
+        out, cache = decode.decode_step(config, params, prev, prompt_lengths + s.step - 1,
+                                       s.cache, head=not fused)
         s = s.replace(cache=_constrain_cache(cache, mesh))
-        tokens, logp = draw(keys, s.step, _constrain_draw_rows(logits, mesh), settings)
+        if fused:
+            weight, axis = qwen2.lm_head_weight(config, params)
+            step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, s.step)
+            tokens, logp = lm_head_draw.draw_from_hidden(out, weight, axis == 0, jax.random.key_data(step_keys),
+                                                         settings.temperature)
+        else:
+            tokens, logp = draw(keys, s.step, _constrain_draw_rows(out, mesh), settings)
         return record(s, _constrain(tokens, mesh), _constrain(logp, mesh), stop_ids, pad_id)
 
     state = jax.lax.while_loop(cond, body, state)

@@ -2,6 +2,7 @@
 and the --smoke run on CPU (ceilings + decode fast; every part, torch baselines included, slow)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -25,8 +26,11 @@ def test_decode_attention_entries_parse_and_bad_ones_are_named():
     assert [ba.attention_variant(t) for t in ("auto", "xla", "pallas", "pallas:4")] == [
         ("auto", 0), ("xla", 0), ("pallas", 0), ("pallas", 4)]
     assert ba.variant_config(qwen2.preset("qwen2.5-coder-1.5b"), "pallas:2").decode_attention_splits == 2
-    for bad in ("flash", "xla:2", "pallas:0", "pallas:x"):
-        with pytest.raises(ValueError, match=f"'{bad}'"):
+    assert ba.attention_variant("pallas:4+draw") == ("pallas", 4) and ba.fused_draw("xla+draw")
+    assert ba.variant_config(qwen2.preset("qwen2.5-coder-1.5b"), "pallas+draw").decode_draw == "pallas"
+    assert ba.variant_config(qwen2.preset("qwen2.5-coder-1.5b"), "pallas").decode_draw == "xla"
+    for bad in ("flash", "xla:2", "pallas:0", "pallas:x", "pallas+fused", "+draw"):
+        with pytest.raises(ValueError, match=re.escape(f"'{bad}'")):
             ba.attention_variant(bad)
 
 
