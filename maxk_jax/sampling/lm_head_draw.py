@@ -80,8 +80,8 @@ def applies(temperature: float, top_k: int, top_p: float, keys: jax.Array, mesh:
     return (temperature > 0 and top_k == 0 and top_p == 1.0
             and jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
             and str(jax.random.key_impl(keys)) == "threefry2x32"
-            and bool(jax.config.jax_threefry_partitionable)
-            and not bool(jax.config.jax_high_dynamic_range_gumbel)
+            and bool(getattr(jax.config, "jax_threefry_partitionable", True))       # jax's default since 0.5
+            and not bool(getattr(jax.config, "jax_high_dynamic_range_gumbel", False))
             and (mesh is None or mesh.size == 1))
 
 

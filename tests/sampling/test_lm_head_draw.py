@@ -69,6 +69,10 @@ def test_applies_to_plain_temperature_sampling_with_threefry_keys_only():
     assert not lhd.applies(1.0, 5, 1.0, keys) and not lhd.applies(1.0, 0, 0.9, keys)   # top-k / top-p
     assert not lhd.applies(1.0, 0, 1.0, jax.random.split(jax.random.key(0, impl="rbg"), 4))
     assert not lhd.applies(1.0, 0, 1.0, jax.random.key_data(keys))   # raw key data: not typed
+    with jax.threefry_partitionable(False):                           # other bits for the same key
+        assert not lhd.applies(1.0, 0, 1.0, keys)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    assert lhd.applies(1.0, 0, 1.0, keys, mesh)                         # a mesh of one device
 
 
 def test_generate_with_the_fused_draw_gives_the_xla_samples():
