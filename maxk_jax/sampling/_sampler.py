@@ -287,7 +287,7 @@ def decode_loop(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh
     # the LM head and the draw as one Pallas kernel (Qwen2Config.decode_draw="pallas") where it gives
     # this draw: plain temperature sampling, threefry keys, one device; else logits, then draw
     fused = config.decode_draw == "pallas" and lm_head_draw.applies(
-        settings.temperature, settings.top_k, settings.top_p, keys, mesh)
+        settings.temperature, settings.top_k, settings.top_p, keys, mesh, config.hidden_size)
 
     def body(s: _LoopState) -> _LoopState:
         prev = jax.lax.dynamic_index_in_dim(s.tokens, s.step - 1, axis=1, keepdims=False)

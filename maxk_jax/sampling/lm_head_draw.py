@@ -73,16 +73,17 @@ def gumbel_from_bits(bits: jax.Array) -> jax.Array:
     return -jnp.log(-jnp.log(u))
 
 
-def applies(temperature: float, top_k: int, top_p: float, keys: jax.Array, mesh: Any = None) -> bool:
+def applies(temperature: float, top_k: int, top_p: float, keys: jax.Array, mesh: Any = None,
+            hidden_size: int = 16) -> bool:
     """Whether the fused draw reproduces the sampler's draw for these settings: temperature > 0 with
-    no top-k / top-p, typed threefry keys under partitionable bits and the default Gumbel mode, and
-    one device (no mesh, or a mesh of one)."""
+    no top-k / top-p, typed threefry keys under partitionable bits and the default Gumbel mode, one
+    device (no mesh, or a mesh of one), and a hidden size the kernel tiles (a multiple of 16)."""
     return (temperature > 0 and top_k == 0 and top_p == 1.0
             and jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
             and str(jax.random.key_impl(keys)) == "threefry2x32"
             and bool(getattr(jax.config, "jax_threefry_partitionable", True))       # jax's default since 0.5
             and not bool(getattr(jax.config, "jax_high_dynamic_range_gumbel", False))
-            and (mesh is None or mesh.size == 1))
+            and (mesh is None or mesh.size == 1) and hidden_size % 16 == 0)
 
 
 def _pow2(x: int, low: int = 16) -> int:

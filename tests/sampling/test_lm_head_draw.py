@@ -73,6 +73,7 @@ def test_applies_to_plain_temperature_sampling_with_threefry_keys_only():
         assert not lhd.applies(1.0, 0, 1.0, keys)
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
     assert lhd.applies(1.0, 0, 1.0, keys, mesh)                         # a mesh of one device
+    assert not lhd.applies(1.0, 0, 1.0, keys, hidden_size=24)           # not tiled by 16
 
 
 def test_generate_with_the_fused_draw_gives_the_xla_samples():
