@@ -105,7 +105,8 @@ def attention_variant(text: str) -> tuple[str, int]:
 def fused_draw(text: str) -> bool:
     """Whether a --decode_attention entry asks for the fused LM head + draw (``+draw``:
     ``Qwen2Config.decode_draw="pallas"``)."""
-    return attention_variant(text) is not None and text.endswith("+draw")
+    attention_variant(text)     # ValueError for a malformed entry
+    return text.endswith("+draw")
 
 
 def variant_config(config: Any, text: str) -> Any:

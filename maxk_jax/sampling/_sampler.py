@@ -30,6 +30,9 @@ How it runs (two jit-compiled functions, config and :class:`SamplerSettings` sta
    (:func:`maxk_jax.models.decode.unstack_layers`) and every step runs the layers unrolled over
    them, so no step copies a weight or a cache block (on GPU a scanned layer loop copied ~1.1x the
    weight bytes per token). The price: a second copy of the layer weights for the call's duration.
+   With ``Qwen2Config.decode_draw="pallas"`` (plain temperature sampling, threefry keys, one device)
+   the LM head and the draw run as one kernel per vocabulary tile, without a logits array
+   (:mod:`maxk_jax.sampling.lm_head_draw`; the same draw up to the rounding of the logits).
 
 Sampling distribution: :func:`maxk_jax.sampling._filters.sampling_logprobs` (temperature, top-k,
 top-p in that order; truncated and renormalised; temperature 0 = greedy with log-prob 0). The
