@@ -114,12 +114,18 @@ def _operands(line: str) -> list[str]:
     return _OPERANDS.findall(line[i + 1:])
 
 
-def _root_op(comp: _Comp) -> tuple[str, str]:
-    """(shape, opcode) of a computation's ROOT, looking through bitcasts (a free reinterpretation)."""
+def _root_through_bitcasts(comp: _Comp) -> tuple[str, str, str]:
+    """(shape of the ROOT, opcode, line) of the first op below a computation's ROOT that is not a
+    bitcast (a free reinterpretation)."""
     shape, op, line = comp.root
     while op == "bitcast" and _operands(line) and _operands(line)[0] in comp.by_name:
         _, op, line = comp.by_name[_operands(line)[0]]
-    return shape, op
+    return shape, op, line
+
+
+def _root_op(comp: _Comp) -> tuple[str, str]:
+    """(shape, opcode) of a computation's ROOT, looking through bitcasts."""
+    return _root_through_bitcasts(comp)[:2]
 
 
 def _fused_traffic(comp: _Comp, operand_shapes: list[str]) -> tuple[int, int]:
@@ -228,9 +234,7 @@ def _split_k_results(comp: _Comp, comps: dict[str, _Comp]) -> dict[str, int]:
         fused = fused_of(line) if op in ("fusion", "fusion-start") else None
         if fused is None:
             continue
-        root_shape, root_op, root_line = fused.root
-        while root_op == "bitcast" and _operands(root_line) and _operands(root_line)[0] in fused.by_name:
-            _, root_op, root_line = fused.by_name[_operands(root_line)[0]]
+        root_shape, root_op, root_line = _root_through_bitcasts(fused)
         if root_op == "dot" and "lhs_batch_dims" in root_line:
             gemms[name] = memory_plan.shape_bytes(root_shape)
     found: dict[str, int] = {}

@@ -206,6 +206,11 @@ def is_stop(tokens: jax.Array, stop_ids: jax.Array) -> jax.Array:
     return jnp.any(tokens[..., None] == stop_ids, axis=-1)
 
 
+def _step_keys(keys: jax.Array, step: jax.Array) -> jax.Array:
+    """The keys token ``step`` of each row is drawn with: keys [B] -> [B] ``fold_in(key, step)``."""
+    return jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+
+
 def draw(keys: jax.Array, step: jax.Array, logits: jax.Array, settings: SamplerSettings
          ) -> tuple[jax.Array, jax.Array]:
     """Draw one token per row. keys [B] (per-sample keys), step [] int, logits [B, V] ->
@@ -220,8 +225,7 @@ def draw(keys: jax.Array, step: jax.Array, logits: jax.Array, settings: SamplerS
         tokens = jnp.argmax(logp, axis=-1).astype(jnp.int32)
         return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
     scaled = filtered_logits(logits, settings.temperature, settings.top_k, settings.top_p)
-    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
-    gumbels = jax.vmap(lambda k: jax.random.gumbel(k, scaled.shape[1:], scaled.dtype))(step_keys)
+    gumbels = jax.vmap(lambda k: jax.random.gumbel(k, scaled.shape[1:], scaled.dtype))(_step_keys(keys, step))
     return draw_tokens(gumbels, scaled)
 
 
@@ -299,8 +303,8 @@ def decode_loop(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: Mesh
         s = s.replace(cache=_constrain_cache(cache, mesh))
         if fused:
             weight, axis = qwen2.lm_head_weight(config, params)
-            step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, s.step)
-            tokens, logp = lm_head_draw.draw_from_hidden(out, weight, axis == 0, jax.random.key_data(step_keys),
+            tokens, logp = lm_head_draw.draw_from_hidden(out, weight, axis == 0,
+                                                         jax.random.key_data(_step_keys(keys, s.step)),
                                                          settings.temperature)
         else:
             tokens, logp = draw(keys, s.step, _constrain_draw_rows(out, mesh), settings)

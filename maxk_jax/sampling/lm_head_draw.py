@@ -36,6 +36,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from maxk_jax.models.attention import compiling_for_gpu
+from maxk_jax.sampling._buckets import next_pow2
 from maxk_jax.sampling._draw import combine_partials
 
 #: threefry2x32's rotation constants, alternating by group of four rounds
@@ -84,10 +85,6 @@ def applies(temperature: float, top_k: int, top_p: float, keys: jax.Array, mesh:
             and bool(getattr(jax.config, "jax_threefry_partitionable", True))       # jax's default since 0.5
             and not bool(getattr(jax.config, "jax_high_dynamic_range_gumbel", False))
             and (mesh is None or mesh.size == 1) and hidden_size % 16 == 0)
-
-
-def _pow2(x: int, low: int = 16) -> int:
-    return max(low, 1 << (max(x, 1) - 1).bit_length())
 
 
 def _block_k(e: int) -> int:
@@ -162,7 +159,7 @@ def draw_from_hidden(h: jax.Array, weight: jax.Array, tied: bool, key_data: jax.
             raise ValueError(f"{name}={size} must be a power of two >= 16")
     if interpret is None:
         interpret = not compiling_for_gpu()
-    bm = min(_pow2(b), block_rows)
+    bm = min(next_pow2(b, 16), block_rows)
     rows = -(-b // bm) * bm
     h = jnp.pad(h, ((0, rows - b), (0, 0)))    # the weight is read as it is stored, each tile cast to h's dtype
     k0, k1 = (jnp.pad(key_data[:, i].astype(jnp.uint32), (0, rows - b)) for i in range(2))
