@@ -111,10 +111,16 @@ def _bits(mask: int) -> list:
     return [1 << i for i in range(mask.bit_length()) if mask >> i & 1]
 
 
-@functools.lru_cache(maxsize=None)
-def warn_once(reason: str) -> None:
-    """Log ``reason`` (why there is no filter) once per process."""
-    logging.warning("%s; judged programs keep every system call (namespaces and cgroups still apply)", reason)
+_WARNED: set = set()
+
+
+def warn_once(reason: str, prefix: str = "") -> None:
+    """Log ``reason`` (why there is no filter) once per process, as one line after ``prefix``."""
+    if reason in _WARNED:
+        return
+    _WARNED.add(reason)
+    logging.warning("%s%s; judged programs keep every system call and socket family (namespaces and cgroups "
+                    "still apply)", prefix, " ".join(reason.split()))
 
 
 def program_fd(program: bytes) -> int:
