@@ -71,7 +71,9 @@ def test_serve_process_lifecycle() -> None:
 
 
 @pytest.mark.parametrize("flag, message", [("--port=70000", "--port must be in [1, 65535]"),
-                                           ("--max_inflight=0", "--max_inflight must be >= 1")])
+                                           ("--max_inflight=0", "--max_inflight must be >= 1"),
+                                           ("--grace_s=inf", "--grace_s must be a finite number in (0, 3600]"),
+                                           ("--grace_s=1e7", "--grace_s must be a finite number in (0, 3600]")])
 def test_out_of_range_flags_are_rejected(flag: str, message: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "maxk_jax.execution.serve", flag], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
@@ -151,15 +153,49 @@ def test_every_stop_signal_shuts_down_cleanly_with_one_line(sig) -> None:
 
 
 @pytest.mark.parametrize("extra, message", [
-    ((), "serve: refusing to listen on '0.0.0.0' (not a loopback address) without authentication"),
-    (("--token_file=/nonexistent/token",), "serve: token file /nonexistent/token: cannot open"),
-    (("--insecure_no_auth", "--tls_cert=/etc/hostname"), "serve: --tls_cert and --tls_key go together"),
+    ((), "serve: error: refusing to listen on '0.0.0.0' (not a loopback address) without authentication"),
+    (("--token_file=/nonexistent/token",), "serve: error: token file /nonexistent/token: cannot open"),
+    (("--token_file=",), "serve: error: token file must be a non-empty path"),
+    (("--insecure_no_auth", "--tls_cert=/etc/hostname"), "serve: error: --tls_cert and --tls_key go together"),
+    (("--insecure_no_auth", "--tls_cert=/etc/hostname", "--tls_key=/etc/hostname"),
+     "serve: error: --tls_cert=/etc/hostname / --tls_key=/etc/hostname cannot be loaded as a PEM certificate"),
 ])
 def test_exposed_host_without_token_is_refused_with_one_line(extra: tuple, message: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "maxk_jax.execution.serve", "--host", "0.0.0.0",
                            "--port", str(_free_port()), *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr[-2000:]
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr[-2000:]
     assert proc.stderr.startswith(message), proc.stderr
+
+
+def test_fifo_token_file_is_refused_without_blocking(tmp_path) -> None:
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo, 0o600)
+    proc = subprocess.run([sys.executable, "-m", "maxk_jax.execution.serve", f"--token_file={fifo}",
+                           "--port", str(_free_port())], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"serve: error: token file {fifo} is not a regular file"
+
+
+def test_non_loopback_needs_the_filter(monkeypatch, capsys, caplog) -> None:
+    """Without libseccomp a non-loopback serve refuses (one line, exit 2); --insecure_no_seccomp warns
+    once; loopback goes on (the executor's own warning); a started supervisor without it is refused too."""
+    from maxk_jax.execution import seccomp, serve
+
+    monkeypatch.setattr(seccomp, "filter_program", lambda: (None, "no seccomp filter: libseccomp is missing"))
+    monkeypatch.setattr(seccomp, "_WARNED", set())
+    with pytest.raises(SystemExit) as exit_:
+        serve.require_filter("0.0.0.0", insecure_no_seccomp=False)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "without the system-call filter" in err, err
+    assert "--insecure_no_seccomp" in err
+    serve.require_filter("127.0.0.1", insecure_no_seccomp=False)
+    with caplog.at_level("WARNING"):
+        serve.require_filter("0.0.0.0", insecure_no_seccomp=True)
+        seccomp.warn_once("no seccomp filter: libseccomp is missing")      # the executor's: already said
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "WITHOUT the system-call filter (--insecure_no_seccomp)" in lines[0], lines
+    with pytest.raises(SystemExit):
+        serve.require_filter("10.0.0.1", insecure_no_seccomp=False, active=False)
+    serve.require_filter("10.0.0.1", insecure_no_seccomp=False, active=True)
 
 
 def test_token_and_tls_end_to_end(tmp_path) -> None:
