@@ -36,7 +36,7 @@ from maxk_jax.execution import seccomp
 from maxk_jax.execution.auth import TokenFileError, is_loopback, read_token_file
 from maxk_jax.execution.sandbox import MAX_GRACE_S, MAX_SLOTS, SandboxConfig, SandboxUnavailableError
 from maxk_jax.execution.schema import LIMIT_BOUNDS
-from maxk_jax.execution.service import create_app
+from maxk_jax.execution.service import HalfCloseProtocol, create_app
 from maxk_jax.execution.supervisor import Supervisor
 
 FLAGS = flags.FLAGS
@@ -182,7 +182,7 @@ def main(argv: list) -> None:
                                  max_request_bytes=FLAGS.max_request_mb << 20, default_output_mb=FLAGS.output_mb,
                                  token=token)
         server = _Server(uvicorn.Config(application, host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level,
-                                        **tls))
+                                        http=HalfCloseProtocol, **tls))
         url = f"{'https' if tls else 'http'}://{FLAGS.host}:{FLAGS.port}"
         threading.Thread(target=_announce, args=(server, url, supervisor.num_slots, supervisor.sandboxed, auth),
                          daemon=True).start()
