@@ -35,18 +35,23 @@ from maxk_jax import cli
 from maxk_jax.execution.sandbox import MAX_SLOTS
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("clients", 16, "Concurrent client threads per mode (>= 1).")
-flags.DEFINE_integer("requests", 100, "Requests each client sends per mode (>= 1).")
-flags.DEFINE_integer("slots", 2, f"Worker slots of the service (1 .. {MAX_SLOTS}).")
-flags.DEFINE_float("kill_every_s", 2.0, "Seconds between SIGKILLs of a random sandbox worker (0: none; finite, >= 0).")
-flags.DEFINE_list("modes", ["noauth", "auth"], "Modes to run, in this order (noauth, auth).")
-flags.DEFINE_string("results_dir", "runs/bench_service_load", "Directory for results.json.")
-flags.DEFINE_integer("seed", 0, "Seed of the killer's choices.")
-flags.register_validator("clients", lambda v: v >= 1, message="--clients must be >= 1")
-flags.register_validator("requests", lambda v: v >= 1, message="--requests must be >= 1")
-flags.register_validator("slots", lambda v: 1 <= v <= MAX_SLOTS, message=f"--slots must be in [1, {MAX_SLOTS}]")
-flags.register_validator("kill_every_s", lambda v: math.isfinite(v) and v >= 0,
-                         message="--kill_every_s must be a finite number >= 0")
+
+
+def define_flags() -> None:
+    """Define the command-line flags (called by ``__main__`` only, so tests can import this module)."""
+    flags.DEFINE_integer("clients", 16, "Concurrent client threads per mode (>= 1).")
+    flags.DEFINE_integer("requests", 100, "Requests each client sends per mode (>= 1).")
+    flags.DEFINE_integer("slots", 2, f"Worker slots of the service (1 .. {MAX_SLOTS}).")
+    flags.DEFINE_float("kill_every_s", 2.0, "Seconds between SIGKILLs of a random sandbox worker (0: none; finite, >= 0).")
+    flags.DEFINE_list("modes", ["noauth", "auth"], "Modes to run, in this order (noauth, auth).")
+    flags.DEFINE_string("results_dir", "runs/bench_service_load", "Directory for results.json.")
+    flags.DEFINE_integer("seed", 0, "Seed of the killer's choices.")
+    flags.register_validator("clients", lambda v: v >= 1, message="--clients must be >= 1")
+    flags.register_validator("requests", lambda v: v >= 1, message="--requests must be >= 1")
+    flags.register_validator("slots", lambda v: 1 <= v <= MAX_SLOTS, message=f"--slots must be in [1, {MAX_SLOTS}]")
+    flags.register_validator("kill_every_s", lambda v: math.isfinite(v) and v >= 0,
+                             message="--kill_every_s must be a finite number >= 0")
+
 
 # (program, expected verdicts on the tests 2 -> 4 and 5 -> 10); every request uses one, in turn
 PROGRAMS = (("print(int(input()) * 2)", ["AC", "AC"]),
@@ -212,4 +217,5 @@ def main(argv: list) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     cli.run_main(main)

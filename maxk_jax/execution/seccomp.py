@@ -123,6 +123,24 @@ def warn_once(reason: str, prefix: str = "") -> None:
                     "still apply)", prefix, " ".join(reason.split()))
 
 
+def refusal_for_host(host: str, insecure_no_seccomp: bool, active: bool | None = None) -> str | None:
+    """Why a service on ``host`` must not start without the filter, or None.
+
+    ``active``: whether the started supervisor applies the filter (None: whether libseccomp can
+    build it). A non-loopback ``host`` without it is refused unless ``insecure_no_seccomp``, which
+    logs one warning line instead; loopback: None (the executor warns once when it starts)."""
+    from maxk_jax.execution.auth import is_loopback   # noqa: PLC0415 - keeps this module free of the service's imports
+
+    reason = filter_program()[1] if active is None else None if active else "the sandbox runs no filter"
+    if reason is None or is_loopback(host):
+        return None
+    if not insecure_no_seccomp:
+        return (f"refusing to listen on {host!r} (not a loopback address) without the system-call filter "
+                f"({reason}); install it or give --insecure_no_seccomp")
+    warn_once(reason, prefix=f"serve: listening on {host} WITHOUT the system-call filter (--insecure_no_seccomp): ")
+    return None
+
+
 def program_fd(program: bytes) -> int:
     """A fresh inheritable-by-``pass_fds`` memfd holding ``program`` at offset 0 (the caller closes it)."""
     fd = os.memfd_create("maxk-seccomp", os.MFD_CLOEXEC)

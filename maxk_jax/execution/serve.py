@@ -146,25 +146,18 @@ def security_settings(host: str, token_file: str | None, insecure_no_auth: bool,
 
 
 def require_filter(host: str, insecure_no_seccomp: bool, active: bool | None = None) -> None:
-    """Refuse (one line, exit 2) a non-loopback ``host`` whose programs would run without the seccomp
-    filter (``active``: whether the started supervisor applies it; None: whether libseccomp can build
-    it), unless ``insecure_no_seccomp`` (one warning line). Loopback: nothing (the executor warns)."""
-    reason = seccomp.filter_program()[1] if active is None else None if active else "the sandbox runs no filter"
-    if reason is None or is_loopback(host):
-        return
-    if not insecure_no_seccomp:
-        cli.fail(f"refusing to listen on {host!r} (not a loopback address) without the system-call filter "
-                 f"({reason}); install it or give --insecure_no_seccomp")
-    seccomp.warn_once(reason, prefix=f"serve: listening on {host} WITHOUT the system-call filter "
-                                     "(--insecure_no_seccomp): ")
+    """One line, exit 2, for a non-loopback ``host`` without the seccomp filter (:func:`seccomp.refusal_for_host`)."""
+    refusal = seccomp.refusal_for_host(host, insecure_no_seccomp, active)
+    if refusal is not None:
+        cli.fail(refusal)
 
 
 def main(argv: list) -> None:
     """Start the supervisor, serve until a stop signal, then shut the sandboxes down."""
     del argv
+    require_filter(FLAGS.host, FLAGS.insecure_no_seccomp)
     token, tls, auth = security_settings(FLAGS.host, FLAGS.token_file, FLAGS.insecure_no_auth, FLAGS.tls_cert,
                                          FLAGS.tls_key)
-    require_filter(FLAGS.host, FLAGS.insecure_no_seccomp)
     config = SandboxConfig(slots=FLAGS.slots or None, allow_unsandboxed=FLAGS.unsandboxed, grace_s=FLAGS.grace_s,
                            cgroups=FLAGS.cgroups)
     try:

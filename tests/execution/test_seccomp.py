@@ -114,3 +114,23 @@ def test_the_family_rules_are_what_refuses(executor: EmbeddedExecutor) -> None:
     with EmbeddedExecutor(config=config) as plain:
         result, = plain.judge([stdio("netlink", SOCKET.format(family=16, kind=3), "refused")])
     assert result["tests"][0]["verdict"] == "WA", result
+
+
+def test_a_non_loopback_service_needs_the_filter(monkeypatch, caplog) -> None:
+    """Without libseccomp a non-loopback serve is refused (`serve` prints the reason as one line, exit 2);
+    --insecure_no_seccomp warns once (the executor's own warning is then not repeated); loopback goes
+    on; a started supervisor that applies no filter is refused too."""
+    monkeypatch.setattr(seccomp, "filter_program", lambda: (None, "no seccomp filter: libseccomp is missing"))
+    monkeypatch.setattr(seccomp, "_WARNED", set())
+    refusal = seccomp.refusal_for_host("0.0.0.0", insecure_no_seccomp=False)
+    assert "without the system-call filter (no seccomp filter: libseccomp is missing)" in refusal
+    assert "--insecure_no_seccomp" in refusal and "\n" not in refusal
+    assert seccomp.refusal_for_host("127.0.0.1", insecure_no_seccomp=False) is None
+    assert seccomp.refusal_for_host("localhost", insecure_no_seccomp=False) is None
+    with caplog.at_level("WARNING"):
+        assert seccomp.refusal_for_host("0.0.0.0", insecure_no_seccomp=True) is None
+        seccomp.warn_once("no seccomp filter: libseccomp is missing")      # the executor's: already said
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "WITHOUT the system-call filter (--insecure_no_seccomp)" in lines[0], lines
+    assert seccomp.refusal_for_host("10.0.0.1", insecure_no_seccomp=False, active=False) is not None
+    assert seccomp.refusal_for_host("10.0.0.1", insecure_no_seccomp=False, active=True) is None
