@@ -195,6 +195,11 @@ class HalfCloseProtocol(H11Protocol):
         asyncio.get_running_loop().call_later(self.PROBE_S, self._probe)
         return True
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if getattr(self, "_half_closed", False) and (self.cycle is None or self.cycle.response_complete):
+            self.transport.close()      # nothing more can arrive: EOF once the answer is flushed
+
     def _probe(self) -> None:
         """After the interim response: a reset (SO_ERROR set) means the client is gone -> disconnect."""
         sock = self.transport.get_extra_info("socket")
