@@ -6,13 +6,17 @@ For each mode (``noauth``, then ``auth``: ``serve --token_file``), starts ``pyth
 maxk_jax.execution.serve`` on a free loopback port, runs ``--clients`` threads that each send
 ``--requests`` requests (one stdio submission of two tests, distinct per request so the repeat cache
 never answers), while a killer thread SIGKILLs a random sandbox worker every ``--kill_every_s``.
-A request is *lost* when it gets no HTTP 200 with one result per submission; tests on a killed
-worker come back as ``sandbox_error`` (counted, not lost). Prints per mode the request latency
-p50/p99, lost requests, sandbox errors and kills, and the auth/noauth p99 ratio measured in the same
-run; writes ``results.json`` under ``--results_dir``.
+The submissions rotate through programs whose verdicts are known (`PROGRAMS`: both tests AC, one AC
+and one WA, both RE), and every answer is checked against them: a result with other verdicts or a
+reward other than passed/total is *wrong*. A request is *lost* when it gets no HTTP 200 with one
+result per submission; tests on a killed worker come back as ``sandbox_error`` with reward None
+(counted, not lost). Prints per mode the request latency p50/p99, wrong answers, lost requests,
+sandbox errors and kills, and the auth/noauth p99 ratio measured in the same run; writes
+``results.json`` under ``--results_dir``; exits 1 with one line when any answer was wrong.
 """
 import json
 import logging
+import math
 import os
 import pathlib
 import random
@@ -27,14 +31,54 @@ import time
 import httpx
 from absl import app, flags
 
+from maxk_jax import cli
+from maxk_jax.execution.sandbox import MAX_SLOTS
+
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("clients", 16, "Concurrent client threads per mode.")
-flags.DEFINE_integer("requests", 100, "Requests each client sends per mode.")
-flags.DEFINE_integer("slots", 2, "Worker slots of the service.")
-flags.DEFINE_float("kill_every_s", 2.0, "Seconds between SIGKILLs of a random sandbox worker (0: none).")
-flags.DEFINE_list("modes", ["noauth", "auth"], "Modes to run, in this order (noauth, auth).")
-flags.DEFINE_string("results_dir", "runs/bench_service_load", "Directory for results.json.")
-flags.DEFINE_integer("seed", 0, "Seed of the killer's choices.")
+
+
+def define_flags() -> None:
+    """Define the command-line flags (called by ``__main__`` only, so tests can import this module)."""
+    flags.DEFINE_integer("clients", 16, "Concurrent client threads per mode (>= 1).")
+    flags.DEFINE_integer("requests", 100, "Requests each client sends per mode (>= 1).")
+    flags.DEFINE_integer("slots", 2, f"Worker slots of the service (1 .. {MAX_SLOTS}).")
+    flags.DEFINE_float("kill_every_s", 2.0, "Seconds between SIGKILLs of a random sandbox worker (0: none; finite, >= 0).")
+    flags.DEFINE_list("modes", ["noauth", "auth"], "Modes to run, in this order (noauth, auth).")
+    flags.DEFINE_string("results_dir", "runs/bench_service_load", "Directory for results.json.")
+    flags.DEFINE_integer("seed", 0, "Seed of the killer's choices.")
+    flags.register_validator("clients", lambda v: v >= 1, message="--clients must be >= 1")
+    flags.register_validator("requests", lambda v: v >= 1, message="--requests must be >= 1")
+    flags.register_validator("slots", lambda v: 1 <= v <= MAX_SLOTS, message=f"--slots must be in [1, {MAX_SLOTS}]")
+    flags.register_validator("kill_every_s", lambda v: math.isfinite(v) and v >= 0,
+                             message="--kill_every_s must be a finite number >= 0")
+
+
+# (program, expected verdicts on the tests 2 -> 4 and 5 -> 10); every request uses one, in turn
+PROGRAMS = (("print(int(input()) * 2)", ["AC", "AC"]),
+            ("x = int(input())\nprint(x * 2 if x != 5 else 11)", ["AC", "WA"]),
+            ("raise SystemExit(int(input()))", ["RE", "RE"]))
+
+
+def request_body(client: int, request: int) -> tuple:
+    """``(body, expected verdicts)`` of one request (distinct code, so the repeat cache never answers)."""
+    code, verdicts = PROGRAMS[(client + request) % len(PROGRAMS)]
+    body = {"submissions": [{"id": f"c{client}r{request}", "code": f"# {client} {request}\n{code}", "mode": "stdio",
+                             "limits": {"cpu_s": 1, "wall_s": 2},
+                             "tests": [{"stdin": "2", "expected": "4"}, {"stdin": "5", "expected": "10"}]}]}
+    return body, verdicts
+
+
+def check_result(result: dict, verdicts: list) -> str | None:
+    """None when ``result`` is right (the expected verdicts and reward = passed / total, or a
+    sandbox_error with reward None), else what is wrong (one line)."""
+    got = [t.get("verdict") for t in result.get("tests", [])]
+    if result.get("status") == "sandbox_error" and result.get("reward") is None:
+        return None
+    want_reward = sum(v == "AC" for v in verdicts) / len(verdicts)
+    if result.get("status") != "ok" or got != verdicts or result.get("reward") != want_reward:
+        return (f"{result.get('id')}: status {result.get('status')!r}, verdicts {got}, reward {result.get('reward')!r}; "
+                f"expected ok, {verdicts}, reward {want_reward:g}")
+    return None
 
 
 def _free_port() -> int:
@@ -86,15 +130,13 @@ def run_mode(mode: str, clients: int, requests: int, slots: int, kill_every_s: f
     proc = start_service(port, slots, token_file)
     url = f"http://127.0.0.1:{port}/v1/judge"
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    latencies, lost, sandbox_errors, kills = [], [], [0], [0]
+    latencies, lost, wrong, sandbox_errors, kills = [], [], [], [0], [0]
     lock, stop = threading.Lock(), threading.Event()
 
     def client(index: int) -> None:
         with httpx.Client(headers=headers, timeout=120) as http:
             for r in range(requests):
-                body = {"submissions": [{"id": f"c{index}r{r}", "code": f"# {index} {r}\nprint(int(input()) * 2)",
-                                         "mode": "stdio", "limits": {"cpu_s": 1, "wall_s": 2},
-                                         "tests": [{"stdin": "2", "expected": "4"}, {"stdin": "5", "expected": "10"}]}]}
+                body, verdicts = request_body(index, r)
                 start = time.monotonic()
                 try:
                     response = http.post(url, json=body)
@@ -107,7 +149,10 @@ def run_mode(mode: str, clients: int, requests: int, slots: int, kill_every_s: f
                         lost.append(f"c{index}r{r}: {response}")
                     else:
                         latencies.append(elapsed)
-                        sandbox_errors[0] += results[0]["status"] == "sandbox_error"
+                        sandbox_errors[0] += results[0].get("status") == "sandbox_error"
+                        problem = check_result(results[0], verdicts)
+                        if problem is not None:
+                            wrong.append(problem)
 
     def killer() -> None:
         while not stop.wait(kill_every_s):
@@ -137,7 +182,8 @@ def run_mode(mode: str, clients: int, requests: int, slots: int, kill_every_s: f
     latencies.sort()
     pick = lambda q: 1e3 * latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")
     return {"mode": mode, "requests": clients * requests, "answered": len(latencies), "lost": len(lost),
-            "lost_examples": lost[:5], "sandbox_errors": sandbox_errors[0], "kills": kills[0], "wall_s": wall,
+            "lost_examples": lost[:5], "wrong": len(wrong), "wrong_examples": wrong[:5],
+            "sandbox_errors": sandbox_errors[0], "kills": kills[0], "wall_s": wall,
             "p50_ms": pick(0.50), "p99_ms": pick(0.99)}
 
 
@@ -152,11 +198,11 @@ def main(argv: list) -> None:
     by_mode = {row["mode"]: row for row in rows}
     print(f"{FLAGS.clients} clients x {FLAGS.requests} requests, {FLAGS.slots} slots, a worker SIGKILLed every "
           f"{FLAGS.kill_every_s:g}s; {os.cpu_count()} CPUs")
-    print("| mode | answered | lost | sandbox_error | kills | p50 ms | p99 ms | wall s |")
-    print("|:--|--:|--:|--:|--:|--:|--:|--:|")
+    print("| mode | answered | wrong | lost | sandbox_error | kills | p50 ms | p99 ms | wall s |")
+    print("|:--|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in rows:
-        print(f"| {r['mode']} | {r['answered']}/{r['requests']} | {r['lost']} | {r['sandbox_errors']} | {r['kills']} | "
-              f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['wall_s']:.1f} |")
+        print(f"| {r['mode']} | {r['answered']}/{r['requests']} | {r['wrong']} | {r['lost']} | {r['sandbox_errors']} | "
+              f"{r['kills']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['wall_s']:.1f} |")
     if {"auth", "noauth"} <= set(by_mode):
         print(f"p99 auth / noauth: {by_mode['auth']['p99_ms'] / by_mode['noauth']['p99_ms']:.3f}")
     out = pathlib.Path(FLAGS.results_dir)
@@ -164,7 +210,12 @@ def main(argv: list) -> None:
     (out / "results.json").write_text(json.dumps({"rows": rows, "flags": {
         "clients": FLAGS.clients, "requests": FLAGS.requests, "slots": FLAGS.slots, "kill_every_s": FLAGS.kill_every_s}},
         indent=2))
+    wrong = [example for r in rows for example in r["wrong_examples"]]
+    if wrong:
+        cli.fail(f"{sum(r['wrong'] for r in rows)} answered requests had a wrong verdict or reward, e.g. {wrong[0]}",
+                 status=1)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    define_flags()
+    cli.run_main(main)

@@ -31,13 +31,23 @@ class JudgeAuthError(PermissionError):
 def read_token_file(path: str) -> str:
     """The token in ``path`` (surrounding whitespace stripped); TokenFileError naming the problem.
 
-    Refuses a file that is not a regular file, is readable or writable by group or others
-    (``chmod 600 PATH``), is empty, or holds fewer than MIN_TOKEN_CHARS characters or whitespace.
+    Refuses a path that is empty, a symbolic link or not a regular file (checked with ``lstat``
+    before opening, so a FIFO never blocks the caller; the open is non-blocking too), a file
+    readable or writable by group or others (``chmod 600 PATH``), and content that is empty,
+    non-ASCII, holds control characters or whitespace, or has fewer than MIN_TOKEN_CHARS characters.
     """
     if not isinstance(path, str) or not path:
         raise TokenFileError(f"token file must be a non-empty path, got {path!r}")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        info = os.lstat(path)
+    except OSError as err:
+        raise TokenFileError(f"token file {path}: cannot open ({err.strerror})") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise TokenFileError(f"token file {path}: cannot open (a symbolic link; name the file itself)")
+    if not stat.S_ISREG(info.st_mode):
+        raise TokenFileError(f"token file {path} is not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as err:
         raise TokenFileError(f"token file {path}: cannot open ({err.strerror})") from None
     try:
@@ -55,6 +65,8 @@ def read_token_file(path: str) -> str:
         token = data.decode("ascii").strip()
     except UnicodeDecodeError:
         raise TokenFileError(f"token file {path} holds non-ASCII bytes; use e.g. `openssl rand -hex 32`") from None
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in token if not c.isspace()):
+        raise TokenFileError(f"token file {path} holds control characters; use e.g. `openssl rand -hex 32 > FILE`")
     if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
         raise TokenFileError(f"token file {path} must hold one token of at least {MIN_TOKEN_CHARS} characters "
                              "without whitespace (e.g. `openssl rand -hex 32 > FILE`)")
@@ -62,7 +74,10 @@ def read_token_file(path: str) -> str:
 
 
 def client_token(token_file: str | None) -> str | None:
-    """The token a client sends: from ``token_file``, else from $MAXK_JUDGE_TOKEN_FILE, else None."""
+    """The token a client sends: from ``token_file``, else from $MAXK_JUDGE_TOKEN_FILE, else None.
+    An explicit empty ``token_file`` is refused (TokenFileError), not read as "no token"."""
+    if token_file is not None and not token_file:
+        raise TokenFileError("token_file must be a non-empty path, got ''")
     path = token_file or os.environ.get(TOKEN_FILE_ENV) or None
     return None if path is None else read_token_file(path)
 

@@ -14,9 +14,15 @@ kernel checks the opener's credentials) before any program code runs, then close
 limit and the OOM killer see only the test's processes, never the fork server.
 
 Verdicts come from the kernel's counters: ``memory.oom_control``'s ``oom_kill`` (MLE when it
-grew during the test) and ``memory.max_usage_in_bytes`` (peak, reset before each test). Where
-this is unavailable (not root, no writable v1 controllers -- e.g. a cgroup2-only host) the
-caller falls back to rlimits and reports it (``mechanism``).
+grew during the test) and ``memory.max_usage_in_bytes`` (peak). Before each test the group is
+emptied (``memory.force_empty``: the page cache earlier tests left charged to it is reclaimed; the
+group has no tasks between tests) and the peak reset, so one test's file reads never count against
+the next. After the test, ``file_cache_bytes`` (``memory.stat``: ``total_cache`` less
+``total_shmem``) is the page cache the test's own reads left charged: the caller takes it off the
+peak, so a program is judged by what it holds (anonymous memory, shmem/memfd/tmpfs pages, kernel
+memory), not by the files it read. Page cache is reclaimable: at the kernel's limit it is dropped
+before any OOM kill. Where this is unavailable (not root, no writable v1 controllers -- e.g. a
+cgroup2-only host) the caller falls back to rlimits and reports it (``mechanism``).
 """
 import itertools
 import logging
@@ -177,8 +183,23 @@ class SlotCgroup:
                 return int(line.split()[1])
         return 0
 
+    def usage(self) -> int:
+        """Bytes charged to the memory group now."""
+        return int(_read(os.path.join(self.paths["memory"], "memory.usage_in_bytes")))
+
+    def stat(self) -> dict:
+        """``memory.stat`` as ``{name: int}``."""
+        return {name: int(value) for name, value in
+                (line.split() for line in _read(os.path.join(self.paths["memory"], "memory.stat")).splitlines())}
+
+    def reclaim(self) -> None:
+        """Empty the group (no tasks in it): reclaim the page cache earlier tests left charged to it."""
+        if self.usage():
+            _write(os.path.join(self.paths["memory"], "memory.force_empty"), 0)
+
     def begin(self, limit_bytes: int) -> None:
-        """Before a test: set the memory limit, reset the peak and fail counters, note oom_kill."""
+        """Before a test: empty the group, set the memory limit, reset the peak and fail counters, note oom_kill."""
+        self.reclaim()
         if limit_bytes != self._limit:
             self._set_limit(limit_bytes)
         mem = self.paths["memory"]
@@ -187,11 +208,13 @@ class SlotCgroup:
         self._oom_before = self.oom_kills()
 
     def end(self) -> dict:
-        """After a test (its processes gone): ``{"oom_kills", "peak_bytes", "failcnt"}`` for that test."""
+        """After a test (its processes gone): ``{"oom_kills", "peak_bytes", "failcnt", "file_cache_bytes"}``."""
         mem = self.paths["memory"]
+        stat = self.stat()
         return {"oom_kills": self.oom_kills() - self._oom_before,
                 "peak_bytes": int(_read(os.path.join(mem, "memory.max_usage_in_bytes"))),
-                "failcnt": int(_read(os.path.join(mem, "memory.failcnt")))}
+                "failcnt": int(_read(os.path.join(mem, "memory.failcnt"))),
+                "file_cache_bytes": max(0, stat.get("total_cache", 0) - stat.get("total_shmem", 0))}
 
     def close(self) -> None:
         """Close the fds and remove the groups (their tasks must be gone)."""

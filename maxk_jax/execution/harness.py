@@ -330,9 +330,9 @@ def setup_process(job: dict, fds: dict, keep: tuple = (), dumpable: bool = True)
     sys.path[:] = [p for p in sys.path if p != job.get("harness_dir")]
     limits = job["limits"]
     cpu = int(limits["cpu_s"]) + (0 if float(limits["cpu_s"]).is_integer() else 1)
-    # RLIMIT_FSIZE one byte above the larger of the output and scratch limits: stdout of exactly
-    # output_bytes is fine and more is seen by its size (OLE); a scratch file is bounded by the
-    # scratch tmpfs (ENOSPC), not by the output limit; a memfd beyond it dies of SIGXFSZ (memory).
+    # RLIMIT_FSIZE one byte above the larger of the output and scratch limits (stdout/stderr are
+    # pipes the worker counts, which RLIMIT_FSIZE does not see): a scratch file is bounded by the
+    # scratch tmpfs (ENOSPC), not by this; a memfd beyond it dies of SIGXFSZ (memory).
     fsize = max(int(limits["output_bytes"]), int(limits.get("scratch_bytes") or 0)) + 1
     settings = [(resource.RLIMIT_CPU, (cpu, cpu + 1)),
                 (resource.RLIMIT_FSIZE, (fsize,) * 2),

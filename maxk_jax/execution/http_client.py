@@ -45,6 +45,7 @@ class HttpExecutor(Executor):
         self.timeout_s = timeout_s
         token = client_token(token_file)
         self.authenticated = token is not None
+        self._secret = token            # only to scrub it from error messages (see _scrub)
         headers = {"authorization": f"Bearer {token}"} if token else {}
         ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None
         if ca_file is not None and not os.path.isfile(ca_file):
@@ -76,7 +77,7 @@ class HttpExecutor(Executor):
                 response = self._client.post(f"{url}/v1/judge", content=body, timeout=self._request_timeout(subs),
                                              headers={"content-type": "application/json"})
             except httpx.HTTPError as err:
-                error, delay = f"{url}: {type(err).__name__}: {err}", self.backoff_s * 2 ** attempt
+                error, delay = f"{url}: {type(err).__name__}: {self._scrub(str(err))}", self.backoff_s * 2 ** attempt
             else:
                 if response.status_code == 200:
                     results = self._checked(response, subs)
@@ -100,6 +101,10 @@ class HttpExecutor(Executor):
                 time.sleep(min(delay, 30.0))
         return [sandbox_error_result(s, f"judge service unavailable after {self.retries + 1} attempts: {error}")
                 for s in subs]
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the token (should a library quote the request's headers) replaced by ``<token>``."""
+        return text.replace(self._secret, "<token>") if self._secret else text
 
     def _auth_message(self, url: str) -> str:
         if not self.authenticated:
@@ -146,7 +151,7 @@ class HttpExecutor(Executor):
             try:
                 report.append(dict(self._client.get(f"{url}/healthz", timeout=5.0).json(), url=url))
             except (httpx.HTTPError, ValueError) as err:
-                report.append({"url": url, "status": "unreachable", "error": str(err)})
+                report.append({"url": url, "status": "unreachable", "error": self._scrub(str(err))})
         return report
 
     def close(self) -> None:

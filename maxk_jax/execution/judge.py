@@ -170,8 +170,9 @@ def run_failure(header: dict, record: dict | None, cpu_limit_s: float, memory_mb
     ``header``: the worker's run report (exit_code, signal, timed_out, cpu_s, maxrss_kb,
     output_limited (stdout or stderr beyond the output limit), file_limited ("" | "memory" |
     "scratch": which file hit RLIMIT_FSIZE), and with a slot cgroup ``oom_kills`` and
-    ``program_bytes`` (the group's peak less the output captures: all the test's processes, memfds,
-    shm and tmpfs pages)); ``record``: the harness record (nonce verified) or None.
+    ``program_bytes`` (the group's peak less the page cache the test's reads left: all the test's
+    processes, memfds, shm and tmpfs pages; output is never charged)); ``record``: the harness record
+    (nonce verified) or None.
 
     Precedence: CE, then MLE (memory use does not depend on the host's load, so a memory bomb that
     also ran out of time is MLE), then TLE, OLE, RE.

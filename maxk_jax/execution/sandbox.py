@@ -1,6 +1,6 @@
 """Sandbox slots: a bubblewrap-wrapped fork-server worker per slot, started as an unprivileged uid.
 
-Each :class:`Sandbox` is one long-lived ``/usr/bin/python3`` worker (:mod:`worker`) that is PID 1
+Each :class:`Sandbox` is one long-lived ``/usr/bin/python3`` worker (bubblewrap found on ``PATH``) (:mod:`worker`) that is PID 1
 of fresh user/pid/net/ipc/uts/cgroup/mount namespaces. The supervisor (root) spawns bwrap via
 ``subprocess.Popen(user=uid, group=uid, extra_groups=[])`` so the uid and groups are dropped in
 the C child *before* bwrap is exec'd (bwrap started as root would keep uid 0 inside). Inside:
@@ -36,6 +36,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _SOURCES = ("worker.py", "harness.py", "harness_assert.py", "protocol.py")
 UID_BLOCK = 128
 MAX_SLOTS = UID_BLOCK - 1
+MAX_GRACE_S = 3600.0        # upper bound of SandboxConfig.grace_s / start_timeout_s (and serve --grace_s)
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -52,7 +53,7 @@ class SandboxConfig:
 
     slots: int | None = None            # worker slots; None -> os.cpu_count()
     python: str = "/usr/bin/python3"    # interpreter for candidate code (readable by the sandbox uids)
-    bwrap: str = "/usr/bin/bwrap"
+    bwrap: str = "bwrap"                # bubblewrap: a name looked up on PATH, or a path
     allow_unsandboxed: bool = False     # explicit opt-in to run without bubblewrap/namespaces
     uid_base: int = 200000              # first uid of the per-executor uid blocks (root only)
     scratch_mb: int = 64                # tmpfs size of /tmp (the program's cwd)
@@ -65,6 +66,12 @@ class SandboxConfig:
     cpus_per_slot: float = 1.0          # CPU quota of a slot's cgroup
     seccomp: bool = True                # the system-call filter where libseccomp is available
 
+    def __post_init__(self):
+        for name in ("grace_s", "start_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_GRACE_S:
+                raise ValueError(f"SandboxConfig.{name} must be a finite number in (0, {MAX_GRACE_S:g}], got {value!r}")
+
     def num_slots(self) -> int:
         """Resolved slot count (validated)."""
         slots = (os.cpu_count() or 1) if self.slots is None else self.slots
@@ -73,10 +80,18 @@ class SandboxConfig:
         return slots
 
 
+def bwrap_path(config: SandboxConfig) -> str | None:
+    """The executable ``config.bwrap`` names (found on PATH unless it holds a ``/``), or None."""
+    return shutil.which(config.bwrap)
+
+
 def bwrap_usable(config: SandboxConfig) -> str | None:
     """None if bubblewrap can be tried, else the reason it cannot (missing binary or python)."""
-    if not (os.path.isfile(config.bwrap) and os.access(config.bwrap, os.X_OK)):
-        return f"bubblewrap not found at {config.bwrap} (Debian: apt-get install bubblewrap)"
+    if bwrap_path(config) is None:
+        where = f"at {config.bwrap}" if os.sep in config.bwrap else \
+            f"on PATH ({os.environ.get('PATH', os.defpath)})"
+        return (f"bubblewrap not found {where}: install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: "
+                "dnf install bubblewrap) or name it with SandboxConfig(bwrap=PATH)")
     if not os.path.isfile(config.python):
         return f"the candidate interpreter {config.python} does not exist"
     return None
@@ -260,7 +275,8 @@ class Sandbox:
         cfg = self.config
         if self.sandboxed:
             filter_args = [] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]
-            cmd = [cfg.bwrap, "--unshare-all", *userns_args(cfg.bwrap), *filter_args, "--die-with-parent", "--as-pid-1",
+            bwrap = bwrap_path(cfg) or cfg.bwrap
+            cmd = [bwrap, "--unshare-all", *userns_args(bwrap), *filter_args, "--die-with-parent", "--as-pid-1",
                    "--new-session",
                    "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
                    "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",

@@ -8,7 +8,10 @@ mounts and namespaces, userfaultfd, io_uring, kernel modules and host-wide setti
 Those calls fail with EPERM -- the program sees an ordinary error (its own ``OSError``, RE if
 uncaught), so the verdict is reported cleanly. ``clone`` with a namespace flag is EPERM too, and
 ``clone3`` (whose flags a filter cannot read) is ENOSYS, so glibc falls back to ``clone``. Calls of
-another ABI (32-bit ``int 0x80``, x32) kill the caller.
+another ABI (32-bit ``int 0x80``, x32) kill the caller. ``socket`` and ``socketpair`` take only the
+families in ``ALLOWED_FAMILIES`` (AF_UNIX, AF_INET, AF_INET6: the sandbox's network namespace has
+nothing but loopback); every other family -- AF_VSOCK (which a network namespace does not isolate:
+it reaches the hypervisor's services), AF_NETLINK, AF_PACKET and the rest -- fails with EPERM.
 
 Built with libseccomp (the Debian package ``libseccomp2``) through its ctypes bindings
 ``pyseccomp``. Where either is missing, :func:`filter_program` returns None with the reason and
@@ -35,6 +38,8 @@ DENIED = (
     "swapoff", "acct", "quotactl", "quotactl_fd", "iopl", "ioperm", "uselib", "vhangup", "settimeofday",
     "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "nfsservctl",
 )
+# socket(2) address families a judged program may use: AF_UNIX, AF_INET, AF_INET6
+ALLOWED_FAMILIES = (1, 2, 10)
 # clone(2) flags that create namespaces (CLONE_NEWNS .. CLONE_NEWNET, CLONE_NEWTIME)
 NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00000080
 
@@ -67,6 +72,10 @@ def filter_program() -> tuple:
                 rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))
         if sc.resolve_syscall(arch, "clone3") >= 0:
             rules.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        for call in ("socket", "socketpair"):
+            if sc.resolve_syscall(arch, call) >= 0:      # the family is the first argument
+                for compare in _outside(ALLOWED_FAMILIES):
+                    rules.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(0, *compare))
         fd = os.memfd_create("maxk-seccomp", os.MFD_CLOEXEC)
         try:
             with os.fdopen(os.dup(fd), "rb", closefd=True) as view:
@@ -90,14 +99,46 @@ def denied_calls() -> tuple:
     return tuple(name for name in DENIED if sc.resolve_syscall(arch, name) >= 0)
 
 
+def _outside(allowed: tuple) -> list:
+    """Argument comparisons ``(op, value)`` that together match every 64-bit value not in
+    ``allowed``: equality for each gap below the largest, ``>`` above it."""
+    sc = _bindings()
+    compares = [(sc.EQ, value) for value in range(max(allowed)) if value not in allowed]
+    return compares + [(sc.GT, max(allowed))]
+
+
 def _bits(mask: int) -> list:
     return [1 << i for i in range(mask.bit_length()) if mask >> i & 1]
 
 
-@functools.lru_cache(maxsize=None)
-def warn_once(reason: str) -> None:
-    """Log ``reason`` (why there is no filter) once per process."""
-    logging.warning("%s; judged programs keep every system call (namespaces and cgroups still apply)", reason)
+_WARNED: set = set()
+
+
+def warn_once(reason: str, prefix: str = "") -> None:
+    """Log ``reason`` (why there is no filter) once per process, as one line after ``prefix``."""
+    if reason in _WARNED:
+        return
+    _WARNED.add(reason)
+    logging.warning("%s%s; judged programs keep every system call and socket family (namespaces and cgroups "
+                    "still apply)", prefix, " ".join(reason.split()))
+
+
+def refusal_for_host(host: str, insecure_no_seccomp: bool, active: bool | None = None) -> str | None:
+    """Why a service on ``host`` must not start without the filter, or None.
+
+    ``active``: whether the started supervisor applies the filter (None: whether libseccomp can
+    build it). A non-loopback ``host`` without it is refused unless ``insecure_no_seccomp``, which
+    logs one warning line instead; loopback: None (the executor warns once when it starts)."""
+    from maxk_jax.execution.auth import is_loopback   # noqa: PLC0415 - keeps this module free of the service's imports
+
+    reason = filter_program()[1] if active is None else None if active else "the sandbox runs no filter"
+    if reason is None or is_loopback(host):
+        return None
+    if not insecure_no_seccomp:
+        return (f"refusing to listen on {host!r} (not a loopback address) without the system-call filter "
+                f"({reason}); install it or give --insecure_no_seccomp")
+    warn_once(reason, prefix=f"serve: listening on {host} WITHOUT the system-call filter (--insecure_no_seccomp): ")
+    return None
 
 
 def program_fd(program: bytes) -> int:

@@ -13,20 +13,27 @@ A body over ``max_request_bytes`` -> 413 naming the limit; a body nested too dee
 With a ``token`` every request but ``GET /healthz`` (liveness and queue depth, nothing about
 submissions) needs ``Authorization: Bearer <token>``; without it or with a wrong one -> 401
 ``{"error", "field": "authorization"}`` before the body is read. A client that disconnects while its
-request is judged stops the request's remaining tests (logged once).
+request is judged stops the request's remaining tests (logged once). A client that half-closes
+(``shutdown(SHUT_WR)`` after a complete request) is answered: serve runs uvicorn with
+:class:`HalfCloseProtocol`. ``HEAD /healthz`` answers like ``GET`` without a body.
 """
+import asyncio
 import collections
 import concurrent.futures
 import json
 import math
 import logging
+import socket
 import threading
 
 import anyio
+import h11
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.utils import is_ssl
 
 from maxk_jax.execution import schema
 from maxk_jax.execution.auth import UNAUTHORIZED_BODY, BearerCheck
@@ -158,6 +165,54 @@ class ResultCache:
         return [s.result() if isinstance(s, concurrent.futures.Future) else s for s in slots]
 
 
+class HalfCloseProtocol(H11Protocol):
+    """uvicorn's h11 protocol, answering a client that half-closes after a complete request.
+
+    asyncio closes a connection at the client's EOF unless ``eof_received()`` returns True; uvicorn's
+    returns None, so a client that sent its request and then ``shutdown(SHUT_WR)`` got no answer
+    and its request was dropped as abandoned. Here an EOF while a fully received request is being
+    answered keeps the connection open for the answer. A client that went away entirely sends the
+    same EOF; to tell the two apart the server sends an interim ``100 Continue`` (HTTP/1.1 clients
+    must ignore 1xx responses) and ``PROBE_S`` later reads the socket's error: a closed peer answers
+    data with a reset, which counts as a disconnect (the request's remaining tests stop) as before.
+    TLS connections and HTTP/1.0 keep uvicorn's behaviour (TLS has no half-close).
+    """
+
+    PROBE_S = 0.2
+
+    def eof_received(self) -> bool | None:
+        cycle = self.cycle
+        if (cycle is None or cycle.response_complete or cycle.more_body or is_ssl(self.transport)
+                or self.conn.their_http_version != b"1.1"):
+            return None
+        if getattr(self, "_half_closed", False) or cycle.response_started:
+            return True
+        self._half_closed = True
+        try:
+            self.transport.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        except h11.LocalProtocolError:
+            return None
+        asyncio.get_running_loop().call_later(self.PROBE_S, self._probe)
+        return True
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if getattr(self, "_half_closed", False) and (self.cycle is None or self.cycle.response_complete):
+            self.transport.close()      # nothing more can arrive: EOF once the answer is flushed
+
+    def _probe(self) -> None:
+        """After the interim response: a reset (SO_ERROR set) means the client is gone -> disconnect."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is None or self.cycle is None or self.cycle.response_complete or self.transport.is_closing():
+            return
+        try:
+            gone = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0
+        except OSError:
+            gone = True
+        if gone:
+            self.transport.abort()
+
+
 def _error(status: int, message: str, field: str, retry_after: float | None = None) -> JSONResponse:
     headers = {"Retry-After": str(max(1, math.ceil(retry_after)))} if retry_after is not None else None
     return JSONResponse({"error": message, "field": field}, status_code=status, headers=headers)
@@ -207,6 +262,7 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
         field = ".".join(str(p) for p in first.get("loc", ("body",)))
         return _error(400, f"{field}: {first.get('msg', 'invalid request')}", field)
 
+    @app.head("/healthz", include_in_schema=False)        # the same answer; uvicorn sends no body for HEAD
     @app.get("/healthz", summary="Liveness: worker slots alive, restarts, queue depth")
     def healthz() -> JSONResponse:
         """200 with the supervisor's health when every slot is alive, else 503 ("degraded")."""

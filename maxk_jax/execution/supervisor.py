@@ -12,11 +12,12 @@ Each result also carries ``behaviour``: the fingerprint of the program's outputs
 (`maxk_jax.execution.behaviour`, for majority voting; None when undetermined).
 
 Memory is limited by a cgroup per slot where the host allows it (:mod:`cgroups`: memory incl.
-shmem/memfd and every child process, pids, one CPU per slot) -- the kernel's limit is ``memory_mb``
-plus the test's two output captures, the scratch tmpfs and ``CGROUP_SLACK_MB``; an OOM kill in the
-group is MLE, and so is a group peak above ``memory_mb`` once the captures are taken off (the
-program's total over all its processes and memory files) -- else by RLIMIT_AS per process. ``memory_limit_by`` in every result
-and in ``health()`` says which.
+shmem/memfd/tmpfs and every child process, pids, one CPU per slot) -- the group is emptied before each
+test, the kernel's limit is ``memory_mb`` plus ``CGROUP_SLACK_MB`` (page cache is reclaimed before any
+OOM kill; stdout/stderr are pipes the worker drains, never charged); an OOM kill in the group is MLE,
+and so is a group peak above ``memory_mb`` once the file cache the test's reads left is taken off (the
+program's total over all its processes and memory files) -- else by RLIMIT_AS per process.
+``memory_limit_by`` in every result and in ``health()`` says which.
 """
 import dataclasses
 import logging
@@ -219,16 +220,14 @@ class Supervisor:
             if not sandbox.alive():
                 sandbox.start()
             if group is not None:
-                # program memory + stdout/stderr memfds + scratch tmpfs pages (charged to the group)
-                group.begin((limits["memory_mb"] + 2 * max(limits["output_mb"], self.config.scratch_mb)
-                             + self.config.scratch_mb + CGROUP_SLACK_MB) << 20)
+                # program memory (anon, memfd/shm/scratch tmpfs pages, kernel memory); reclaimable page
+                # cache never OOM-kills, the captures are pipes outside the group
+                group.begin((limits["memory_mb"] + CGROUP_SLACK_MB) << 20)
             answer = sandbox.run(header, blobs, limits["wall_s"] + self.config.grace_s)
             if group is not None:
                 answer[0].update(group.end())
-                # the program's total: the group's peak less the output captures (accounted apart)
-                captures = sum(min(int(answer[0].get(f"{name}_size") or 0), (limits["output_mb"] << 20) + 1)
-                               for name in ("stdout", "stderr"))
-                answer[0]["program_bytes"] = max(0, answer[0]["peak_bytes"] - captures)
+                # the program's total: the group's peak less the page cache its reads left charged
+                answer[0]["program_bytes"] = max(0, answer[0]["peak_bytes"] - answer[0]["file_cache_bytes"])
         except SandboxFailure:
             self._restart(sandbox)
             raise

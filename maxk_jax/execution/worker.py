@@ -8,10 +8,16 @@ non-dumpable (a program running as the same uid cannot read its memory, fds or e
 ``{"op": "run", ...}`` -> fork a child that runs :func:`harness.run_test`; wait with a wall-clock
 deadline (pidfd); the child first joins the slot's cgroups by writing ``0`` to the inherited
 ``cgroup.procs`` fds (so the worker itself is never charged or OOM-killed); kill every other process of the sandbox; reap; collect CPU time (all
-descendants), peak RSS, exit status, stdout/stderr (memfds, RLIMIT_FSIZE-capped) and the harness
-record carrying the per-run nonce; wipe the scratch tmpfs; answer one frame.
+descendants), peak RSS, exit status, stdout/stderr and the harness record carrying the per-run nonce;
+wipe the scratch tmpfs; answer one frame.
+
+stdout and stderr are pipes the worker drains while it waits (the worker stays outside the slot's
+cgroup, so what a program prints is never charged as its memory, and a sparse or seeked capture
+cannot hide pages): the first ``output_bytes`` of stdout and ``STDERR_EXCERPT`` of stderr are kept,
+both are counted, and a program that writes more than ``output_bytes`` to either is killed (OLE).
 """
 import ctypes
+import fcntl
 import gc
 import os
 import resource
@@ -31,6 +37,9 @@ STDERR_EXCERPT = 8192
 MAX_SCRATCH_ENTRIES = 20000
 _CHILD_FAILED = 121
 _JOIN_FAILED = 122
+_F_SETPIPE_SZ = 1031
+_PIPE_BYTES = 1 << 20       # pipe capacity asked for (fewer wake-ups for large outputs) and the read size
+DRAIN_S = 2.0               # after the test's processes are gone, how long to wait for their pipes' EOF
 
 
 def _decode_status(status: int) -> tuple:
@@ -45,6 +54,60 @@ def _decode_status(status: int) -> tuple:
 
 def _cpu(usage) -> float:
     return usage.ru_utime + usage.ru_stime
+
+
+class Capture:
+    """One output pipe's read end: keeps the first ``keep`` bytes, counts up to ``limit`` + 1."""
+
+    def __init__(self, fd: int, keep: int, limit: int):
+        self.fd, self.keep, self.limit = fd, keep, limit
+        self.chunks, self.kept, self.size, self.open = [], 0, 0, True
+
+    @property
+    def over(self) -> bool:
+        """More than ``limit`` bytes arrived."""
+        return self.size > self.limit
+
+    def read(self) -> bool:
+        """One non-blocking read; False when nothing was there (EOF sets ``open`` False)."""
+        try:
+            data = os.read(self.fd, _PIPE_BYTES)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self.open = False
+            return False
+        self.size += len(data)
+        if self.kept < self.keep:
+            part = data[:self.keep - self.kept]
+            self.chunks.append(part)
+            self.kept += len(part)
+        return True
+
+    def data(self) -> bytes:
+        """The kept bytes."""
+        return b"".join(self.chunks)
+
+
+def drain(captures: tuple, deadline: float) -> bool:
+    """Read ``captures`` until EOF (every writer gone) or past the limit or ``deadline``; True when all ended."""
+    poller = select.poll()
+    pending = {c.fd: c for c in captures if c.open and not c.over}
+    for fd in pending:
+        poller.register(fd, select.POLLIN)
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        for fd, _ in poller.poll(max(1, int(remaining * 1000) + 1)):
+            capture = pending[fd]
+            capture.read()
+            if not capture.open or capture.over:
+                poller.unregister(fd)
+                del pending[fd]
+    return True
 
 
 class Worker:
@@ -170,19 +233,31 @@ class Worker:
         for name in job.get("files", []):
             with open(os.path.join(cwd, name), "wb") as f:
                 f.write(blobs["file:" + name])
-        fds = {name: os.memfd_create(name, os.MFD_CLOEXEC) for name in ("stdin", "stdout", "stderr", "result")}
+        fds = {name: os.memfd_create(name, os.MFD_CLOEXEC) for name in ("stdin", "result")}
+        readers = {}
         try:
+            for name in ("stdout", "stderr"):
+                readers[name], fds[name] = os.pipe2(os.O_CLOEXEC)
+                os.set_blocking(readers[name], False)
+                try:
+                    fcntl.fcntl(readers[name], _F_SETPIPE_SZ, _PIPE_BYTES)
+                except OSError:
+                    pass                    # the default 64 KiB pipe works, only with more wake-ups
             if blobs.get("stdin"):
                 os.write(fds["stdin"], blobs["stdin"])
                 os.lseek(fds["stdin"], 0, os.SEEK_SET)
-            return self._run_forked(dict(job, limits=limits, cwd=cwd, harness_dir=self.harness_dir), blobs, fds)
+            return self._run_forked(dict(job, limits=limits, cwd=cwd, harness_dir=self.harness_dir), blobs, fds,
+                                    readers)
         finally:
-            for fd in fds.values():
+            for fd in (*fds.values(), *readers.values()):    # the write ends are gone from fds after the fork
                 os.close(fd)
 
-    def _run_forked(self, job: dict, blobs: dict, fds: dict) -> tuple:
+    def _run_forked(self, job: dict, blobs: dict, fds: dict, readers: dict) -> tuple:
         import harness  # imported at start-up (cached); each child drops it from sys.modules
 
+        limit = int(job["limits"]["output_bytes"])
+        out = Capture(readers["stdout"], limit if job["mode"] == "stdio" else 0, limit)
+        err = Capture(readers["stderr"], STDERR_EXCERPT, limit)
         read_end, write_end = os.pipe()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.monotonic()
@@ -200,22 +275,22 @@ class Worker:
             finally:
                 os._exit(_CHILD_FAILED)
         os.close(read_end)
+        for name in ("stdout", "stderr"):       # the child holds the write ends now: EOF when all its processes are gone
+            os.close(fds.pop(name))
         nonce = os.urandom(16).hex().encode("ascii")
         os.write(write_end, nonce)
         os.close(write_end)
-        timed_out = self._wait(pid, start + float(job["limits"]["wall_s"]))
+        timed_out = self._wait(pid, start + float(job["limits"]["wall_s"]), (out, err))
         _, status, usage = os.wait4(pid, 0)
         wall = time.monotonic() - start
         clean = self.kill_leftovers()
+        clean = drain((out, err), time.monotonic() + DRAIN_S) and clean
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         exit_code, sig = _decode_status(status)
-        out_size = os.fstat(fds["stdout"]).st_size
-        err_size = os.fstat(fds["stderr"]).st_size
-        limit = int(job["limits"]["output_bytes"])
-        stdout = os.pread(fds["stdout"], min(out_size, limit), 0) if job["mode"] == "stdio" else b""
-        stderr = os.pread(fds["stderr"], min(err_size, STDERR_EXCERPT), 0)
+        out_size, err_size = out.size, err.size
+        stdout, stderr = out.data(), err.data()
         record = self._record(fds["result"], nonce)
-        output_limited = out_size > limit or err_size > limit
+        output_limited = out.over or err.over
         file_limited = ""
         if sig == "SIGXFSZ" and not output_limited:   # which file hit RLIMIT_FSIZE: scratch or memory
             scratch = int(job["limits"].get("scratch_bytes") or 0)
@@ -236,19 +311,31 @@ class Worker:
         return header, answer
 
     @staticmethod
-    def _wait(pid: int, deadline: float) -> bool:
-        """Wait for ``pid`` to exit until ``deadline``; SIGKILL it and return True on timeout."""
+    def _wait(pid: int, deadline: float, captures: tuple) -> bool:
+        """Wait for ``pid`` to exit until ``deadline`` while draining ``captures``; SIGKILL it and return
+        True on timeout. A capture beyond its limit gets ``pid`` SIGKILLed at once (the caller sees ``over``)."""
         pidfd = os.pidfd_open(pid)
         try:
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
+            by_fd = {c.fd: c for c in captures}
+            for fd in by_fd:
+                poller.register(fd, select.POLLIN)
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     os.kill(pid, signal.SIGKILL)
                     return True
-                if poller.poll(max(1, int(remaining * 1000) + 1)):
-                    return False
+                for fd, _ in poller.poll(max(1, int(remaining * 1000) + 1)):
+                    if fd == pidfd:
+                        return False
+                    capture = by_fd[fd]
+                    capture.read()
+                    if not capture.open:
+                        poller.unregister(fd)
+                    if capture.over:
+                        os.kill(pid, signal.SIGKILL)
+                        return False
         finally:
             os.close(pidfd)
 

@@ -12,6 +12,7 @@ import pytest  # noqa: E402
 import uvicorn  # noqa: E402
 
 from maxk_jax.execution.embedded import EmbeddedExecutor  # noqa: E402
+from maxk_jax.execution.service import HalfCloseProtocol  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +29,7 @@ class ServerThread:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", http=HalfCloseProtocol))   # as serve
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30

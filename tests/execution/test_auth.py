@@ -1,6 +1,7 @@
 """Bearer tokens: token files, the constant-time check, the service's 401s and the client's one line."""
 import logging
 import os
+import threading
 
 import httpx
 import pytest
@@ -38,6 +39,44 @@ def test_token_file_must_be_private_and_long(tmp_path) -> None:
     os.symlink(token_file(tmp_path), tmp_path / "link")
     with pytest.raises(TokenFileError, match="cannot open"):
         read_token_file(str(tmp_path / "link"))        # O_NOFOLLOW: no symlink to someone else's file
+
+
+def test_fifos_control_bytes_and_empty_paths_are_refused(tmp_path, monkeypatch) -> None:
+    """A FIFO is refused without being opened (no reader blocks on it), control bytes in the token are
+    refused without echoing it, an explicit empty path is not "no token" (issue 58)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    outcome = []
+    reader = threading.Thread(target=lambda: outcome.append(_error_of(read_token_file, str(fifo))), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    assert outcome and "is not a regular file" in outcome[0], outcome       # no outcome: it blocked
+    for control in ("\x01", "\x1b[2J", "\x7f", "\x00"):
+        content = TOKEN[:8] + control + TOKEN[8:]
+        with pytest.raises(TokenFileError, match="control characters") as err:
+            read_token_file(token_file(tmp_path, content=content, name="ctl"))
+        assert TOKEN[:8] not in str(err.value) and TOKEN[8:] not in str(err.value)
+    with pytest.raises(TokenFileError, match="non-empty path"):
+        read_token_file("")
+    monkeypatch.setenv(TOKEN_FILE_ENV, token_file(tmp_path))
+    with pytest.raises(TokenFileError, match="non-empty path"):
+        client_token("")
+
+
+def _error_of(function, *args) -> str:
+    try:
+        function(*args)
+    except TokenFileError as err:
+        return str(err)
+    return "no error"
+
+
+def test_client_errors_never_carry_the_token(tmp_path) -> None:
+    with HttpExecutor("http://127.0.0.1:1", token_file=token_file(tmp_path), retries=0) as client:
+        assert client._scrub(f"Illegal header value b'Bearer {TOKEN}'") == "Illegal header value b'Bearer <token>'"
+        result, = client.judge([SUB])                   # nothing listens on port 1
+        assert result["status"] == "sandbox_error" and TOKEN not in str(result)
+        assert TOKEN not in str(client.health())
 
 
 def test_bearer_check_and_loopback() -> None:

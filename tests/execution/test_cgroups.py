@@ -60,3 +60,29 @@ def test_stale_groups_of_dead_owners_are_removed(bases) -> None:
         assert all(os.path.isdir(p) for p in live.roots.values())
     finally:
         live.close()
+
+
+READ_64MB = ("import os, sys\nfor fd in map(int, sys.argv[1:]):\n    os.write(fd, b'0')\nwant, got = 64 << 20, 0\n"
+             "for root, _, names in os.walk('/usr/lib'):\n    for name in names:\n        try:\n"
+             "            fd = os.open(os.path.join(root, name), os.O_RDONLY)\n        except OSError:\n"
+             "            continue\n        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
+             "        while got < want and (chunk := os.read(fd, 1 << 20)):\n            got += len(chunk)\n"
+             "        os.close(fd)\n    if got >= want:\n        break\nprint(got >> 20)")
+
+
+def test_file_cache_is_measured_and_reclaimed_before_the_next_test(bases) -> None:
+    """A reader's page cache stays charged to its group: ``end()`` names it, the next ``begin()``
+    empties the group, so the next test's peak starts from (almost) nothing."""
+    group_set = cgroups.CgroupSet(bases, pids_max=16, slots=1)
+    try:
+        slot = group_set.slot(0)
+        slot.begin(512 << 20)
+        proc = subprocess.run([sys.executable, "-c", READ_64MB, *map(str, slot.fds)], pass_fds=slot.fds, timeout=120,
+                              capture_output=True, text=True)
+        counters = slot.end()
+        assert proc.returncode == 0 and proc.stdout.strip() == "64", proc.stderr
+        assert counters["file_cache_bytes"] >= 48 << 20 and counters["peak_bytes"] >= counters["file_cache_bytes"]
+        slot.begin(512 << 20)
+        assert slot.usage() < 8 << 20 and slot.end()["peak_bytes"] < 8 << 20, slot.stat()
+    finally:
+        group_set.close()

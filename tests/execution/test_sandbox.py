@@ -21,6 +21,24 @@ def test_config_validation() -> None:
     assert sb.bwrap_usable(sb.SandboxConfig()) is None
 
 
+def test_bwrap_is_found_on_path(tmp_path, monkeypatch) -> None:
+    """Not a hard-coded /usr/bin/bwrap (issue 57): the first ``bwrap`` on PATH, or a clear error naming PATH."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/nonexistent")
+    assert sb.bwrap_path(sb.SandboxConfig()) == str(fake)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    reason = sb.bwrap_usable(sb.SandboxConfig())
+    assert "bubblewrap not found on PATH (/nonexistent)" in reason and "apt-get install bubblewrap" in reason
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 1e7, 0.0, -1.0, True])
+def test_grace_must_be_finite_and_bounded(value) -> None:
+    with pytest.raises(ValueError, match=r"SandboxConfig.grace_s must be a finite number in \(0, 3600\]"):
+        sb.SandboxConfig(grace_s=value)
+
+
 def test_uid_blocks_are_exclusive() -> None:
     first, second = sb.UidBlock(300000), sb.UidBlock(300000)
     try:

@@ -78,3 +78,59 @@ def test_without_the_filter_the_calls_go_through(executor: EmbeddedExecutor) -> 
         assert plain.health()["seccomp"] is False
         results = plain.judge(subs)
     assert [r["tests"][0]["verdict"] for r in results] == ["WA", "WA"], results
+
+
+# socket families: (name, family number, type); SOCK_DGRAM where the family has no SOCK_STREAM
+FAMILIES_REFUSED = [("AF_VSOCK", 40, 1), ("AF_NETLINK", 16, 3), ("AF_PACKET", 17, 3), ("AF_UNSPEC", 0, 1),
+                    ("AF_APPLETALK", 5, 2), ("AF_KEY", 15, 3), ("AF_ALG", 38, 5), ("AF_VSOCK-high-bits", 40 | 1 << 32, 1)]
+SOCKET = ("import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+          "r = libc.syscall(ctypes.c_long(41), ctypes.c_long({family}), ctypes.c_long({kind}), ctypes.c_long(0))\n"
+          "print('refused' if r == -1 and ctypes.get_errno() == errno.EPERM else f'result {{r}} errno {{ctypes.get_errno()}}')")
+VSOCK_PYTHON = ("import socket\ntry:\n    socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)\n    print('created')\n"
+                "except PermissionError:\n    print('refused')")
+LOOPBACK = ("import socket\nsrv = socket.socket(socket.AF_INET6)\nsrv.bind(('::1', 0))\nsrv.listen()\n"
+            "c = socket.create_connection(srv.getsockname()[:2])\na, b = socket.socketpair()\na.send(b'u')\n"
+            "u = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\nv4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            "print('ok', b.recv(1).decode())")
+
+
+def test_only_unix_and_inet_sockets_can_be_created(executor: EmbeddedExecutor) -> None:
+    """AF_VSOCK (not isolated by the network namespace), AF_NETLINK, AF_PACKET and every other family
+    but AF_UNIX/AF_INET/AF_INET6 are EPERM (issue 58); the allowed families still work."""
+    filter_or_skip(executor)
+    subs = [stdio(name, SOCKET.format(family=family, kind=kind), "refused") for name, family, kind in FAMILIES_REFUSED]
+    subs += [stdio("vsock-python", VSOCK_PYTHON, "refused"), stdio("loopback", LOOPBACK, "ok u"),
+             stdio("socketpair-netlink", "import socket\ntry:\n    socket.socketpair(16, socket.SOCK_RAW)\n"
+                   "    print('created')\nexcept PermissionError:\n    print('refused')", "refused")]
+    results = executor.judge(subs)
+    got = {r["id"]: (r["tests"][0]["verdict"], r["tests"][0]["message"][:80]) for r in results}
+    assert all(v[0] == "AC" for v in got.values()), got
+
+
+def test_the_family_rules_are_what_refuses(executor: EmbeddedExecutor) -> None:
+    """The socket corpus can fail: without the filter an AF_NETLINK socket is created."""
+    filter_or_skip(executor)
+    config = dataclasses.replace(executor.supervisor.config, slots=1, seccomp=False)
+    with EmbeddedExecutor(config=config) as plain:
+        result, = plain.judge([stdio("netlink", SOCKET.format(family=16, kind=3), "refused")])
+    assert result["tests"][0]["verdict"] == "WA", result
+
+
+def test_a_non_loopback_service_needs_the_filter(monkeypatch, caplog) -> None:
+    """Without libseccomp a non-loopback serve is refused (`serve` prints the reason as one line, exit 2);
+    --insecure_no_seccomp warns once (the executor's own warning is then not repeated); loopback goes
+    on; a started supervisor that applies no filter is refused too."""
+    monkeypatch.setattr(seccomp, "filter_program", lambda: (None, "no seccomp filter: libseccomp is missing"))
+    monkeypatch.setattr(seccomp, "_WARNED", set())
+    refusal = seccomp.refusal_for_host("0.0.0.0", insecure_no_seccomp=False)
+    assert "without the system-call filter (no seccomp filter: libseccomp is missing)" in refusal
+    assert "--insecure_no_seccomp" in refusal and "\n" not in refusal
+    assert seccomp.refusal_for_host("127.0.0.1", insecure_no_seccomp=False) is None
+    assert seccomp.refusal_for_host("localhost", insecure_no_seccomp=False) is None
+    with caplog.at_level("WARNING"):
+        assert seccomp.refusal_for_host("0.0.0.0", insecure_no_seccomp=True) is None
+        seccomp.warn_once("no seccomp filter: libseccomp is missing")      # the executor's: already said
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "WITHOUT the system-call filter (--insecure_no_seccomp)" in lines[0], lines
+    assert seccomp.refusal_for_host("10.0.0.1", insecure_no_seccomp=False, active=False) is not None
+    assert seccomp.refusal_for_host("10.0.0.1", insecure_no_seccomp=False, active=True) is None

@@ -1,6 +1,7 @@
 """The HTTP service: schema, 400s naming the field, overload, repeat cache, concurrency."""
 import concurrent.futures
 import json
+import socket
 import threading
 import time
 
@@ -260,3 +261,36 @@ def test_client_disconnecting_mid_judging_stops_its_remaining_tests(executor, se
     assert len(lines) == 1 and lines[0].endswith("of 10 tests not run"), lines
     assert int(lines[0].split(";")[1].split()[0]) >= 6, lines      # at most 2 running + 2 more started
     assert executor.supervisor.pending() == 0
+
+
+def _raw_request(url: str, request: bytes, half_close: bool) -> bytes:
+    host, port = url.rsplit("/", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(request)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_half_closed_client_is_answered(app, serve_app) -> None:
+    """shutdown(SHUT_WR) after a complete request is not a disconnect (issue 58): the client gets its
+    results (after an interim 100 Continue it must ignore)."""
+    url = serve_app(app)
+    body = json.dumps({"submissions": [SUBS[0]]}).encode()
+    request = (b"POST /v1/judge HTTP/1.1\r\nHost: judge\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    answer = _raw_request(url, request, half_close=True)
+    assert b"HTTP/1.1 200 OK" in answer, answer[:300]
+    results = json.loads(answer.split(b"\r\n\r\n")[-1])["results"]
+    assert results[0]["id"] == SUBS[0]["id"] and results[0]["status"] == "ok", results
+
+
+def test_head_healthz_is_200_without_a_body(app, serve_app) -> None:
+    url = serve_app(app)
+    response = httpx.head(f"{url}/healthz", timeout=30)
+    assert response.status_code == 200 and response.content == b""
+    raw = _raw_request(url, b"HEAD /healthz HTTP/1.1\r\nHost: judge\r\nConnection: close\r\n\r\n", half_close=False)
+    assert raw.startswith(b"HTTP/1.1 200 OK") and raw.endswith(b"\r\n\r\n"), raw

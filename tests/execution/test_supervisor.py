@@ -456,3 +456,73 @@ def test_stopped_idle_worker_is_not_alive_and_is_restarted(solo: EmbeddedExecuto
     stopped = open(f"/proc/{worker}/stat").read().split(")")[1].split()[0] if os.path.exists(f"/proc/{worker}") else "gone"
     assert stopped in ("gone", "Z"), stopped
     assert verdicts(solo.judge([stdio("after-stop", "print(3)", "3")])[0]) == ["AC"]
+
+
+# --- memory verdicts are about the program (issue 58) -------------------------------------------
+# Reads `{mb}` MB of files under /usr/lib, first dropping each file from the page cache (so the pages
+# are read in, and charged, by this test whatever the host had cached), then prints how many MB.
+READER = ("import os\nwant, got = {mb} << 20, 0\nfor root, _, names in os.walk('/usr/lib'):\n"
+          "    for name in names:\n        try:\n            fd = os.open(os.path.join(root, name), os.O_RDONLY)\n"
+          "        except OSError:\n            continue\n        try:\n"
+          "            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n            while got < want:\n"
+          "                chunk = os.read(fd, 1 << 20)\n                if not chunk:\n                    break\n"
+          "                got += len(chunk)\n        except OSError:\n            pass\n        os.close(fd)\n"
+          "        if got >= want:\n            break\n    if got >= want:\n        break\nprint(got >> 20)")
+SPARSE_STDERR = ("import os, time\npid = os.fork()\nx = bytearray(b'x') * (140 << 20)\ntime.sleep(0.5)\n"
+                 "os.lseek(2, (32 << 20) - 1, 0); os.write(2, b'\\n')\nif pid:\n    os.waitpid(pid, 0)")
+
+
+def _usr_lib_holds(mb: int) -> bool:
+    total = 0
+    for root, _, names in os.walk("/usr/lib"):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            if total >= mb << 20:
+                return True
+    return False
+
+
+def _reader_then_trivial(solo: EmbeddedExecutor, read_mb: int, memory_mb: int) -> list:
+    cgroups_or_skip(solo)
+    if not _usr_lib_holds(read_mb):
+        pytest.skip(f"/usr/lib holds less than {read_mb} MB to read")
+    limits = {"cpu_s": 10, "wall_s": 30, "memory_mb": memory_mb}
+    subs = [stdio("reader", READER.format(mb=read_mb), str(read_mb), limits=limits)]
+    subs += [stdio(f"trivial{i}", "print(int(input())+1)", "2", stdin="1", limits=limits) for i in range(3)]
+    return [solo.judge([sub])[0] for sub in subs]        # one after the other, on the one slot
+
+
+def test_page_cache_of_earlier_tests_never_counts(solo: EmbeddedExecutor) -> None:
+    """A file reader leaves 4x memory_mb of page cache charged to its slot; the reader holds none of
+    it and the trivial programs after it on that slot are AC (issue 58: they were MLE)."""
+    results = _reader_then_trivial(solo, read_mb=128, memory_mb=32)
+    assert [verdicts(r) for r in results] == [["AC"]] * 4, results
+    assert all(r["tests"][0]["memory_mb"] < 32 for r in results), results
+
+
+@pytest.mark.slow
+def test_page_cache_of_a_900mb_reader_never_counts(solo: EmbeddedExecutor) -> None:
+    """The audit's reproduction: ~900 MB read, then `print(int(input())+1)` at memory_mb=64, three times."""
+    results = _reader_then_trivial(solo, read_mb=900, memory_mb=64)
+    assert [verdicts(r) for r in results] == [["AC"]] * 4, results
+
+
+def test_a_sparse_stderr_hides_no_memory(solo: EmbeddedExecutor) -> None:
+    """Two processes of 140 MB that end by seeking stderr 32 MB ahead and writing one byte: MLE at
+    memory_mb=256 (issue 58: captures were taken off the peak by size, so this was AC)."""
+    cgroups_or_skip(solo)
+    limits = {"cpu_s": 5, "wall_s": 10, "memory_mb": 256, "output_mb": 64}
+    result, = solo.judge([stdio("sparse-2x140", SPARSE_STDERR, "", limits=limits)])
+    assert verdicts(result) == ["MLE"], result
+
+
+def test_output_is_not_the_programs_memory(solo: EmbeddedExecutor) -> None:
+    """40 MB of stdout at memory_mb=32 (output_mb=48) is AC: captures are pipes, never charged."""
+    cgroups_or_skip(solo)
+    limits = {"cpu_s": 5, "wall_s": 10, "memory_mb": 32, "output_mb": 48}
+    code = "import sys\nfor _ in range(40):\n    sys.stdout.write('x' * (1 << 20))"
+    result, = solo.judge([stdio("print-40mb", code, "x" * (40 << 20), limits=limits)])
+    assert verdicts(result) == ["AC"], {k: v for k, v in result["tests"][0].items() if k != "stderr"}
