@@ -19,6 +19,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from maxk_jax.data.rewards import REWARD_PREFIX, load_reward_fn
+
 HEALTH_TIMEOUT_S = 3.0
 _TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",))
 
@@ -167,11 +169,15 @@ def check_writable_dir(path: str | os.PathLike, what: str = "output directory") 
 
 def executor_urls(spec: str) -> list[str]:
     """The service base URLs of an executor spec (``http://a[,http://b]`` or
-    ``sandboxfusion+http://a``); [] for the embedded executors. ValueError for a malformed spec
+    ``sandboxfusion+http://a``); [] for the embedded executors and reward functions
+    (``reward:module:function``, imported here to check it). ValueError for a malformed spec
     (the syntax of `maxk_jax.execution.make_executor`)."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"executor spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
+    if spec.startswith(REWARD_PREFIX):   # a Python reward function: it must import
+        load_reward_fn(spec[len(REWARD_PREFIX):], what="executor spec reward function")
+        return []
     name, _, slots = spec.partition(":")
     if name in ("embedded", "embedded-unsandboxed"):
         if slots and (not slots.isdigit() or int(slots) < 1):
@@ -182,7 +188,7 @@ def executor_urls(spec: str) -> list[str]:
     for url in out:
         if not re.match(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$", url):
             raise ValueError(f"unknown executor spec {spec!r}: use 'embedded', 'embedded:N', "
-                             "'http://host:port[,...]' or 'sandboxfusion+http://host:port'")
+                             "'http://host:port[,...]', 'sandboxfusion+http://host:port' or 'reward:module:function'")
     return out
 
 
