@@ -43,6 +43,10 @@ flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in "
                   "<output_dir>/checkpoints (same data order and PRNG state); without it an "
                   "output_dir that already holds checkpoints is refused.")
 flags.DEFINE_bool("progress", True, "Show a tqdm progress bar over RL steps.")
+flags.DEFINE_string("reward", None, "Score completions with your own Python reward function instead of the code "
+                    "judge: 'module:function', a callable (problem, completion) -> float in [0, 1] (or batched, "
+                    "see docs/usage/rewards.md), e.g. maxk_jax.data.arithmetic:first_integer_reward with "
+                    "--config.data.dataset=arithmetic; sets config.rollout.executor='reward:module:function'.")
 flags.DEFINE_bool("validate_only", False, "Validate the config (no model loading, no "
                   "compilation), print it as JSON and exit.")
 
@@ -55,6 +59,10 @@ def main(argv: list[str]) -> None:
     from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
 
     with cli.user_errors():   # every check before work: one line per mistake, nothing written
+        if FLAGS.reward is not None:   # imports the function now: a bad value is one line, exit 2
+            from maxk_jax.data.rewards import reward_executor_spec
+
+            FLAGS.config.rollout.executor = reward_executor_spec(FLAGS.reward, what="--reward")
         cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
         cfg.distributed.initialize()
         cfg.require_paths()
