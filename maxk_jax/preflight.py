@@ -10,6 +10,7 @@ with it (the entry points turn it into one line on stderr, see `maxk_jax.cli`).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -221,7 +222,8 @@ def check_training_run(cfg: Any, *, resume: bool = False) -> None:
     """Every input of ``maxk_jax.rl.loop.run(cfg, resume=resume)`` (cfg: a RunConfig) that can be
     checked without loading a model: the model directory (weights unless a resume without a KL
     reference needs none), the problem files, the output directory, existing checkpoints (refused
-    without `resume`; with it the newest step must be intact) and the executor's health."""
+    without `resume`; with it the newest step must be intact), the executor's health and, with
+    ``log.wandb_project``, that wandb is installed."""
     from maxk_jax.checkpoint import Checkpointer
 
     ckpt_dir = os.path.join(cfg.output_dir, "checkpoints")
@@ -245,3 +247,6 @@ def check_training_run(cfg: Any, *, resume: bool = False) -> None:
         check_problem_file(cfg.eval.problems, "evaluation problems file (eval.problems)")
     check_writable_dir(cfg.output_dir, "output directory (output_dir)")
     check_executor(cfg.rollout.executor)
+    if cfg.log.wandb_project and importlib.util.find_spec("wandb") is None:
+        raise ValueError(f"log.wandb_project={cfg.log.wandb_project!r} needs the optional package wandb, which is not "
+                         "installed (pip install wandb), or leave log.wandb_project empty")

@@ -112,3 +112,24 @@ def test_a_graded_result_that_breaks_the_contract_is_refused():
     with pytest.raises(ValueError, match="nor a graded reward"):
         ProblemResult(index=0, problem_id="p", rewards=(0.5,), passed=(1,), total=(1,), statuses=("ok",),
                       verdict_counts={})
+
+
+def test_evaluation_scores_with_the_reward_function():
+    """maxk_jax.eval.run_evaluation with a reward function: pass@k counts reward-1 samples, max@k
+    is the expected best reward of k samples (here by hand: 2 problems x 2 samples)."""
+    import jax
+
+    from maxk_jax.data.arithmetic import closeness_reward
+    from maxk_jax.eval import run_evaluation
+    from maxk_jax.eval.run import EvalOptions, StaticCompletionSource
+
+    problems = [_problem(0, 42), _problem(1, 7)]     # rewards [1, 1/2, 1/3, 0] and [0, 0, 0, 1/2]
+    source = StaticCompletionSource({"q/0": ["42", "41", "44", "x"], "q/1": ["x", "y", "z", "8"]})
+    result = run_evaluation(problems, source, executor=RewardFunctionExecutor(closeness_reward), n=4,
+                            key=jax.random.key(0), options=EvalOptions(ks=(1, 2), progress=False))
+    means = result.means()
+    assert means["pass_at_k"][1] == pytest.approx((1 / 4 + 0) / 2)
+    assert means["pass_at_k"][2] == pytest.approx((1 - 3 / 6 + 0) / 2)           # 1 - C(3,2)/C(4,2)
+    assert means["max_at_k"][1] == pytest.approx(((1 + 1 / 2 + 1 / 3) / 4 + 1 / 8) / 2)
+    # the best of each of the 6 pairs: 1/3, 1/2, 1, 1/2, 1, 1 (problem 0); 1/2 in 3 of 6 pairs (problem 1)
+    assert means["max_at_k"][2] == pytest.approx(((1 / 3 + 1 / 2 + 1 + 1 / 2 + 1 + 1) / 6 + 0.25) / 2)

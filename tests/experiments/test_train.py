@@ -217,3 +217,15 @@ def test_reward_trains_on_the_arithmetic_task_from_the_command_line(inputs, tiny
     assert record["status/ok"] == 8 and record["samples/masked"] == 0 and 0.0 <= record["reward/mean"] <= 1.0
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["rollout"]["executor"] == "reward:maxk_jax.data.arithmetic:closeness_reward"
+
+
+def test_wandb_project_without_wandb_is_one_line(inputs, tiny_ckpt, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed")
+    out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--config.log.wandb_project=maxk", timeout=120)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
+    assert "log.wandb_project='maxk' needs the optional package wandb, which is not installed (pip install wandb)" \
+        in out.stderr
+    assert not (tmp_path / "run").exists()
