@@ -97,9 +97,7 @@ class JudgeResult(TypedDict):
     """The outcome of one submission: ``reward = passed / total`` when ``status`` is ``ok``, else None.
 
     ``behaviour`` is the program's output fingerprint (``behaviour`` module; None = undetermined);
-    ``memory_limit_by`` (``cgroup``/``rlimit``) is set by sandboxes that enforce memory themselves;
-    ``graded`` (reward functions, ``reward_executor``): ``reward`` is any value in [0, 1] with
-    ``total = 1`` and ``passed = 1`` exactly when the reward is 1.
+    ``memory_limit_by`` (``cgroup``/``rlimit``) is set by sandboxes that enforce memory themselves.
     """
 
     id: str
@@ -110,7 +108,6 @@ class JudgeResult(TypedDict):
     tests: list[TestResult]
     behaviour: NotRequired[str | None]
     memory_limit_by: NotRequired[Literal["cgroup", "rlimit"]]
-    graded: NotRequired[bool]
 
 
 @runtime_checkable

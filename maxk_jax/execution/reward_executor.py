@@ -8,7 +8,8 @@ judge_completions` sends executors whose ``judges_completions`` is true one
 `CompletionSubmission` per sample, ``{"id", "problem", "completion"}`` (in-process only: a
 `Problem` object is no JSON). Each answer is a graded `JudgeResult`: status ``ok``, the reward,
 ``total = 1`` and ``passed = 1`` exactly when the reward is 1 (so pass@k counts reward-1 samples as
-solved and max@k uses the reward itself), ``graded: True``, no behaviour fingerprint. A reward
+solved and max@k uses the reward itself), ``graded: True`` (an in-process key, not part of the service's wire schema: only this backend
+answers it, and `judge_completions` checks it), no behaviour fingerprint. A reward
 that is not a finite number in [0, 1] stops the run with an error naming the problem and the
 completion; an exception inside the function propagates with a note naming them too.
 """
