@@ -60,6 +60,7 @@ def test_run_directory_exports_the_latest_step_with_same_logits_and_tokenizer(ru
 
 def test_step_directory_and_bfloat16(run_dir, tmp_path):
     run, config, params = run_dir
+    assert export.plan_export(run, tmp_path / "hf", step=1).step == 1     # --step picks an older step
     plan = export.plan_export(run / "checkpoints" / "1", tmp_path / "hf", dtype="bfloat16")
     assert plan.step == 1 and plan.dtype == "bfloat16"
     export.export_hf(plan)
