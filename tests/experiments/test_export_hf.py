@@ -80,3 +80,39 @@ def test_export_and_push_from_the_command_line(run_dir, tiny_ckpt, tmp_path):
     model = transformers.Qwen2ForCausalLM.from_pretrained(tmp_path / "hf")
     base = transformers.Qwen2ForCausalLM.from_pretrained(tiny_ckpt)
     np.testing.assert_allclose(model.model.norm.weight.detach().numpy(), 2 * base.model.norm.weight.detach().numpy())
+
+
+@pytest.mark.slow
+def test_a_pipeline_run_with_a_reward_exports_and_loads_in_transformers(tmp_path):
+    """End to end from the command line: tiny_pipeline trains the tiny model on the arithmetic task
+    with --reward, export_hf turns its run directory into a folder transformers loads with the JAX
+    model's logits on an arithmetic prompt."""
+    import numpy as np
+    import torch
+    import transformers
+
+    from maxk_jax.data import synthetic as syn
+    from maxk_jax.data import synthetic_solutions as sol
+    from maxk_jax.eval.checkpoint import load_model
+    from maxk_jax.models import qwen2, tiny
+
+    train, _ = syn.make_split(syn.SyntheticConfig(seed=0, num_train=60, num_test=4))
+    ckpt = tiny.build_tiny_checkpoint(tmp_path / "ckpt", sol.tokenizer_corpus(train, np.random.default_rng(0)), seed=0,
+                                      hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                                      max_position_embeddings=1024)
+    out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:toy",
+                          f"--model_path={ckpt}", "--dataset=arithmetic", "--name=arith", f"--runs_dir={tmp_path / 'runs'}",
+                          "--reward=maxk_jax.data.arithmetic:closeness_reward", "--noprogress"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = tmp_path / "runs" / "arith"
+    assert "judge: reward:maxk_jax.data.arithmetic:closeness_reward" in (run / "report.md").read_text()
+    out = export_hf(f"--checkpoint={run}", f"--out={tmp_path / 'hf'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    model = load_model(str(run / "rl" / "checkpoints"))
+    ids = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")("What is 17+25?", return_tensors="np")["input_ids"]
+    ours = np.asarray(qwen2.logits(model.config, model.params, ids, np.ones_like(ids)))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor(ids)).logits.numpy()
+    assert np.abs(ours - ref).max() <= 1e-4
