@@ -20,8 +20,6 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from maxk_jax.data.rewards import REWARD_PREFIX, load_reward_fn
-
 HEALTH_TIMEOUT_S = 3.0
 _TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",))
 
@@ -176,7 +174,9 @@ def executor_urls(spec: str) -> list[str]:
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"executor spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
-    if spec.startswith(REWARD_PREFIX):   # a Python reward function: it must import
+    if spec.startswith("reward:"):   # a Python reward function (maxk_jax.data.rewards): it must import
+        from maxk_jax.data.rewards import REWARD_PREFIX, load_reward_fn
+
         load_reward_fn(spec[len(REWARD_PREFIX):], what="executor spec reward function")
         return []
     name, _, slots = spec.partition(":")

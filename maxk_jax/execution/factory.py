@@ -1,7 +1,6 @@
 """``make_executor(spec)``: an :class:`Executor` from a spec string (the only module importing every backend)."""
 from typing import Any
 
-from maxk_jax.data.rewards import REWARD_PREFIX, load_reward_fn
 from maxk_jax.execution.embedded import EmbeddedExecutor
 from maxk_jax.execution.executor import Executor
 from maxk_jax.execution.http_client import HttpExecutor
@@ -32,8 +31,10 @@ def make_executor(spec: str = "embedded", **kwargs: Any) -> Executor:
         if name == "embedded-unsandboxed":
             kwargs["allow_unsandboxed"] = True
         return EmbeddedExecutor(**kwargs)
-    if spec.startswith(REWARD_PREFIX):
-        return RewardFunctionExecutor(load_reward_fn(spec[len(REWARD_PREFIX):], what="executor spec reward function"),
+    if spec.startswith("reward:"):   # maxk_jax.data.rewards.REWARD_PREFIX (imported here only: the judge stays light)
+        from maxk_jax.data.rewards import load_reward_fn
+
+        return RewardFunctionExecutor(load_reward_fn(spec[len("reward:"):], what="executor spec reward function"),
                                       **kwargs)
     if spec.startswith("sandboxfusion+"):
         return SandboxFusionExecutor(spec[len("sandboxfusion+"):], **kwargs)

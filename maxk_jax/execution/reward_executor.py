@@ -16,11 +16,12 @@ completion; an exception inside the function propagates with a note naming them 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from maxk_jax.data.problem import Problem
-from maxk_jax.data.rewards import check_reward, is_batched
 from maxk_jax.execution.executor import Executor, JudgeResult
+
+if TYPE_CHECKING:   # maxk_jax.data is imported when a reward function is used, not with the judge package
+    from maxk_jax.data.problem import Problem
 
 
 class CompletionSubmission(TypedDict):
@@ -45,6 +46,8 @@ class RewardFunctionExecutor(Executor):
     judges_completions = True   # judge_completions sends raw completions, not extracted code
 
     def __init__(self, fn: Callable[..., Any], *, batched: bool | None = None, name: str | None = None) -> None:
+        from maxk_jax.data.rewards import is_batched
+
         if not callable(fn):
             raise ValueError(f"reward function must be callable, got {type(fn).__name__} {fn!r:.60}")
         self.fn = fn
@@ -54,6 +57,8 @@ class RewardFunctionExecutor(Executor):
     def judge(self, submissions: Sequence[CompletionSubmission]) -> list[JudgeResult]:  # type: ignore[override]
         """Score S completion submissions -> S graded results in order (ValueError for a
         submission without ``problem``/``completion`` or a reward outside [0, 1])."""
+        from maxk_jax.data.problem import Problem
+
         subs = list(submissions)
         for sub in subs:
             if not isinstance(sub, dict) or not isinstance(sub.get("problem"), Problem) \
@@ -91,6 +96,8 @@ class RewardFunctionExecutor(Executor):
         return out
 
     def _result(self, sub: CompletionSubmission, value: Any) -> JudgeResult:
+        from maxk_jax.data.rewards import check_reward
+
         reward = check_reward(value, f"reward function {self.name} on {_describe(sub)}")
         solved = reward == 1.0
         return {"id": sub["id"], "status": "ok", "reward": reward, "passed": int(solved), "total": 1,

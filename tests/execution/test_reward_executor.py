@@ -133,3 +133,15 @@ def test_evaluation_scores_with_the_reward_function():
     assert means["max_at_k"][1] == pytest.approx(((1 + 1 / 2 + 1 / 3) / 4 + 1 / 8) / 2)
     # the best of each of the 6 pairs: 1/3, 1/2, 1, 1/2, 1, 1 (problem 0); 1/2 in 3 of 6 pairs (problem 1)
     assert means["max_at_k"][2] == pytest.approx(((1 / 3 + 1 / 2 + 1 + 1 / 2 + 1 + 1) / 6 + 0.25) / 2)
+
+
+def test_the_judge_package_stays_light():
+    """Reward functions add nothing to ``import maxk_jax.execution`` (the judge service's import):
+    maxk_jax.data and numpy load only when a reward function is used."""
+    import subprocess
+    import sys
+
+    code = ("import sys, maxk_jax.execution, maxk_jax.preflight\n"
+            "print(sorted(m for m in ('numpy', 'maxk_jax.data') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
