@@ -79,6 +79,9 @@ def main(argv: Sequence[str]) -> None:
         if FLAGS.reward is not None:   # imports the function now: a bad value is one line, exit 2
             from maxk_jax.data.rewards import reward_executor_spec
 
+            if "config.executor" in FLAGS and FLAGS["config.executor"].present:
+                raise ValueError(f"--reward={FLAGS.reward!r} and --config.executor={FLAGS.config.executor!r} both "
+                                 "choose the judge; give one")
             FLAGS.config.executor = reward_executor_spec(FLAGS.reward, what="--reward")
         cfg = from_config_dict(FLAGS.config, shortcut_overrides(
             name=FLAGS.name, runs_dir=FLAGS.runs_dir, estimator=FLAGS.estimator, k=FLAGS.k,

@@ -5,6 +5,8 @@ r"""RL fine-tuning launcher: sample -> execute -> estimate -> PPO -> evaluate ->
         --config.data.problems=cache/cc_train.jsonl.gz --config.output_dir=runs/maxk
     .venv/bin/python -m experiments.train --config=experiments/configs/base.py:maxk_offpolicy \
         --config.model.path=... --config.output_dir=runs/maxk --resume      # continue exactly
+    .venv/bin/python -m experiments.train --config.model.path=... --config.output_dir=runs/arith \
+        --config.data.dataset=arithmetic --reward=maxk_jax.data.arithmetic:first_integer_reward  # your reward
 
 Configs: experiments/configs/base.py:<method> (the paper's hyperparameters; methods in its METHODS
 table: grpo, bon_max_mean, bon_max_second, bon_loo1, bon_mean, maxk_offpolicy (default),
@@ -62,6 +64,9 @@ def main(argv: list[str]) -> None:
         if FLAGS.reward is not None:   # imports the function now: a bad value is one line, exit 2
             from maxk_jax.data.rewards import reward_executor_spec
 
+            if "config.rollout.executor" in FLAGS and FLAGS["config.rollout.executor"].present:
+                raise ValueError(f"--reward={FLAGS.reward!r} and --config.rollout.executor={FLAGS.config.rollout.executor!r} both "
+                                 "choose the judge; give one")
             FLAGS.config.rollout.executor = reward_executor_spec(FLAGS.reward, what="--reward")
         cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
         cfg.distributed.initialize()

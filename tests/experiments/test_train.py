@@ -196,10 +196,14 @@ def test_reward_sets_the_judge_to_the_function():
     ("no_such_module_xyz:f", "--reward 'no_such_module_xyz:f': module 'no_such_module_xyz' cannot be imported"),
     ("maxk_jax.data.arithmetic:nope", "--reward 'maxk_jax.data.arithmetic:nope': 'maxk_jax.data.arithmetic' has "
                                       "no attribute 'nope'"),
+    ("maxk_jax.data.arithmetic:first_integer_reward --config.rollout.executor=embedded:2",
+     "--reward='maxk_jax.data.arithmetic:first_integer_reward' and --config.rollout.executor='embedded:2' both "
+     "choose the judge; give one"),
 ])
 def test_bad_reward_is_one_line_before_work(tmp_path, value, message):
+    value, *more = value.split(" ")
     out = train("--config=experiments/configs/base.py:grpo", "--config.model.path=/m",
-                f"--config.output_dir={tmp_path / 'run'}", f"--reward={value}")
+                f"--config.output_dir={tmp_path / 'run'}", f"--reward={value}", *more)
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and message in out.stderr, out.stderr[-2000:]
     assert not (tmp_path / "run").exists()
 
