@@ -62,6 +62,9 @@ def define_flags() -> None:
     flags.DEFINE_string("dataset", None, "Dataset: 'synthetic' (default) or a maxk_jax.data.load_dataset name "
                         "(code_contests, mbpp, ...; needs --model_path).")
     flags.DEFINE_string("dataset_path", None, "Hub name or local path of --dataset in its upstream schema.")
+    flags.DEFINE_string("reward", None, "Score completions (RL and evaluation) with your own Python reward function "
+                        "instead of the code judge: 'module:function', a callable (problem, completion) -> float "
+                        "in [0, 1] (docs/usage/rewards.md); sets config.executor='reward:module:function'.")
     flags.DEFINE_bool("overwrite", False, "Delete an existing run directory of the same name first.")
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars for warm-up, RL and evaluation.")
 
@@ -73,6 +76,13 @@ def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     with cli.user_errors():   # every check before work: one line per mistake, nothing written
+        if FLAGS.reward is not None:   # imports the function now: a bad value is one line, exit 2
+            from maxk_jax.data.rewards import reward_executor_spec
+
+            if "config.executor" in FLAGS and FLAGS["config.executor"].present:
+                raise ValueError(f"--reward={FLAGS.reward!r} and --config.executor={FLAGS.config.executor!r} both "
+                                 "choose the judge; give one")
+            FLAGS.config.executor = reward_executor_spec(FLAGS.reward, what="--reward")
         cfg = from_config_dict(FLAGS.config, shortcut_overrides(
             name=FLAGS.name, runs_dir=FLAGS.runs_dir, estimator=FLAGS.estimator, k=FLAGS.k,
             model_path=FLAGS.model_path, dataset=FLAGS.dataset, dataset_path=FLAGS.dataset_path))

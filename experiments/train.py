@@ -5,6 +5,8 @@ r"""RL fine-tuning launcher: sample -> execute -> estimate -> PPO -> evaluate ->
         --config.data.problems=cache/cc_train.jsonl.gz --config.output_dir=runs/maxk
     .venv/bin/python -m experiments.train --config=experiments/configs/base.py:maxk_offpolicy \
         --config.model.path=... --config.output_dir=runs/maxk --resume      # continue exactly
+    .venv/bin/python -m experiments.train --config.model.path=... --config.output_dir=runs/arith \
+        --config.data.dataset=arithmetic --reward=maxk_jax.data.arithmetic:first_integer_reward  # your reward
 
 Configs: experiments/configs/base.py:<method> (the paper's hyperparameters; methods in its METHODS
 table: grpo, bon_max_mean, bon_max_second, bon_loo1, bon_mean, maxk_offpolicy (default),
@@ -43,6 +45,10 @@ flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in "
                   "<output_dir>/checkpoints (same data order and PRNG state); without it an "
                   "output_dir that already holds checkpoints is refused.")
 flags.DEFINE_bool("progress", True, "Show a tqdm progress bar over RL steps.")
+flags.DEFINE_string("reward", None, "Score completions with your own Python reward function instead of the code "
+                    "judge: 'module:function', a callable (problem, completion) -> float in [0, 1] (or batched, "
+                    "see docs/usage/rewards.md), e.g. maxk_jax.data.arithmetic:first_integer_reward with "
+                    "--config.data.dataset=arithmetic; sets config.rollout.executor='reward:module:function'.")
 flags.DEFINE_bool("validate_only", False, "Validate the config (no model loading, no "
                   "compilation), print it as JSON and exit.")
 
@@ -55,6 +61,13 @@ def main(argv: list[str]) -> None:
     from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
 
     with cli.user_errors():   # every check before work: one line per mistake, nothing written
+        if FLAGS.reward is not None:   # imports the function now: a bad value is one line, exit 2
+            from maxk_jax.data.rewards import reward_executor_spec
+
+            if "config.rollout.executor" in FLAGS and FLAGS["config.rollout.executor"].present:
+                raise ValueError(f"--reward={FLAGS.reward!r} and --config.rollout.executor={FLAGS.config.rollout.executor!r} both "
+                                 "choose the judge; give one")
+            FLAGS.config.rollout.executor = reward_executor_spec(FLAGS.reward, what="--reward")
         cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
         cfg.distributed.initialize()
         cfg.require_paths()

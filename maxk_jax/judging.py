@@ -28,6 +28,16 @@ from maxk_jax.sampling.sampler import ProblemSamples
 
 STATUSES = ("ok", "sandbox_error", "invalid")
 
+def _is_fraction(r: float, p: int, t: int) -> bool:
+    """The code judges' reward: passed / total tests."""
+    return math.isfinite(r) and 0 <= p <= t and t >= 1 and math.isclose(r, p / t, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _is_graded(r: float, p: int, t: int) -> bool:
+    """A reward function's reward (``graded`` results): any r in [0, 1], total 1, passed = [r == 1]."""
+    return math.isfinite(r) and 0.0 <= r <= 1.0 and t == 1 and p == int(r == 1.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class ProblemResult:
     """Judged samples of one problem (one line of the per-problem JSONL).
@@ -72,9 +82,9 @@ class ProblemResult:
             if (r is None) != (s != "ok"):
                 raise ValueError(f"problem result {self.problem_id!r}: reward {r!r} does not match status {s!r} "
                                  "(only status 'ok' has a reward)")
-            if r is not None and (not math.isfinite(r) or not 0 <= p <= t or t < 1
-                                  or not math.isclose(r, p / t, rel_tol=1e-9, abs_tol=1e-12)):
-                raise ValueError(f"problem result {self.problem_id!r}: reward {r!r} is not passed/total = {p}/{t}")
+            if r is not None and not (_is_fraction(r, p, t) or _is_graded(r, p, t)):
+                raise ValueError(f"problem result {self.problem_id!r}: reward {r!r} is not passed/total = {p}/{t} "
+                                 "(nor a graded reward in [0, 1] with total 1, passed 1 exactly at reward 1)")
 
     @property
     def n_sampled(self) -> int:
@@ -196,7 +206,13 @@ def _problem_result(index: int, problem: Problem, comps: Completions, codes: lis
     for res in results:
         p, t, status = int(res["passed"]), int(res["total"]), res["status"]
         reward = None
-        if status == "ok":
+        if status == "ok" and res.get("graded") is True:   # a reward function's score (reward_executor)
+            reward = res.get("reward")
+            if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not _is_graded(float(reward), p, t):
+                raise RuntimeError(f"executor result {res['id']!r}: graded reward {reward!r} with passed/total "
+                                   f"{p}/{t} is not a value in [0, 1] with total 1 and passed = [reward == 1]")
+            reward = float(reward)
+        elif status == "ok":
             if t < 1 or res.get("reward") is None or not math.isclose(float(res["reward"]), p / t, abs_tol=1e-9):
                 raise RuntimeError(f"executor result {res['id']!r}: status ok but reward {res.get('reward')!r} "
                                    f"is not passed/total = {p}/{t}")
@@ -223,7 +239,10 @@ def judge_completions(executor: Executor, problems: Sequence[Problem], indices: 
                       completions: Sequence[Completions], *, sandbox_retries: int = 2,
                       keep_completions: bool = False, keep_behaviours: bool = False) -> list[ProblemResult]:
     """Extract code from every completion, judge them all in one ``executor.judge`` call, and
-    re-judge samples with status ``sandbox_error`` up to `sandbox_retries` more times.
+    re-judge samples with status ``sandbox_error`` up to `sandbox_retries` more times. An executor
+    whose ``judges_completions`` is true (a reward function, ``execution.RewardFunctionExecutor``)
+    gets ``{"id", "problem", "completion"}`` per sample instead of code (``n_no_code`` then counts
+    empty completions) and answers graded rewards in [0, 1].
     `keep_behaviours` stores each sample's behaviour fingerprint (``ProblemResult.behaviours``).
 
     problems, indices, completions: aligned, one entry per problem. Returns one `ProblemResult`
@@ -233,12 +252,17 @@ def judge_completions(executor: Executor, problems: Sequence[Problem], indices: 
         raise ValueError(f"{len(problems)} problems, {len(indices)} indices, {len(completions)} completions")
     if isinstance(sandbox_retries, bool) or not isinstance(sandbox_retries, int) or sandbox_retries < 0:
         raise ValueError(f"sandbox_retries must be an int >= 0, got {sandbox_retries!r}")
+    graded = getattr(executor, "judges_completions", False) is True   # a reward function: the raw texts
     subs, owner, codes = [], [], []
     for slot, (problem, index, comps) in enumerate(zip(problems, indices, completions)):
-        codes.append([extract_code(t, inside_block=comps.inside_block) for t in comps.texts])
-        for j, code in enumerate(codes[-1]):
-            subs.append(problem.to_submission(code, f"{index}/{j}"))
-            owner.append(slot)
+        if graded:
+            codes.append(list(comps.texts))
+            subs.extend({"id": f"{index}/{j}", "problem": problem, "completion": text}
+                        for j, text in enumerate(comps.texts))
+        else:
+            codes.append([extract_code(t, inside_block=comps.inside_block) for t in comps.texts])
+            subs.extend(problem.to_submission(code, f"{index}/{j}") for j, code in enumerate(codes[-1]))
+        owner.extend([slot] * len(comps.texts))
     results = _judge_checked(executor, subs) if subs else []
     retried = [0] * len(problems)
     for _ in range(sandbox_retries):

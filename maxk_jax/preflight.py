@@ -10,6 +10,7 @@ with it (the entry points turn it into one line on stderr, see `maxk_jax.cli`).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -167,11 +168,17 @@ def check_writable_dir(path: str | os.PathLike, what: str = "output directory") 
 
 def executor_urls(spec: str) -> list[str]:
     """The service base URLs of an executor spec (``http://a[,http://b]`` or
-    ``sandboxfusion+http://a``); [] for the embedded executors. ValueError for a malformed spec
+    ``sandboxfusion+http://a``); [] for the embedded executors and reward functions
+    (``reward:module:function``, imported here to check it). ValueError for a malformed spec
     (the syntax of `maxk_jax.execution.make_executor`)."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"executor spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
+    if spec.startswith("reward:"):   # a Python reward function (maxk_jax.data.rewards): it must import
+        from maxk_jax.data.rewards import REWARD_PREFIX, load_reward_fn
+
+        load_reward_fn(spec[len(REWARD_PREFIX):], what="executor spec reward function")
+        return []
     name, _, slots = spec.partition(":")
     if name in ("embedded", "embedded-unsandboxed"):
         if slots and (not slots.isdigit() or int(slots) < 1):
@@ -182,7 +189,7 @@ def executor_urls(spec: str) -> list[str]:
     for url in out:
         if not re.match(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$", url):
             raise ValueError(f"unknown executor spec {spec!r}: use 'embedded', 'embedded:N', "
-                             "'http://host:port[,...]' or 'sandboxfusion+http://host:port'")
+                             "'http://host:port[,...]', 'sandboxfusion+http://host:port' or 'reward:module:function'")
     return out
 
 
@@ -215,7 +222,8 @@ def check_training_run(cfg: Any, *, resume: bool = False) -> None:
     """Every input of ``maxk_jax.rl.loop.run(cfg, resume=resume)`` (cfg: a RunConfig) that can be
     checked without loading a model: the model directory (weights unless a resume without a KL
     reference needs none), the problem files, the output directory, existing checkpoints (refused
-    without `resume`; with it the newest step must be intact) and the executor's health."""
+    without `resume`; with it the newest step must be intact), the executor's health and, with
+    ``log.wandb_project``, that wandb is installed."""
     from maxk_jax.checkpoint import Checkpointer
 
     ckpt_dir = os.path.join(cfg.output_dir, "checkpoints")
@@ -239,3 +247,6 @@ def check_training_run(cfg: Any, *, resume: bool = False) -> None:
         check_problem_file(cfg.eval.problems, "evaluation problems file (eval.problems)")
     check_writable_dir(cfg.output_dir, "output directory (output_dir)")
     check_executor(cfg.rollout.executor)
+    if cfg.log.wandb_project and importlib.util.find_spec("wandb") is None:
+        raise ValueError(f"log.wandb_project={cfg.log.wandb_project!r} needs the optional package wandb, which is not "
+                         "installed (pip install wandb), or leave log.wandb_project empty")

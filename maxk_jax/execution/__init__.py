@@ -11,7 +11,8 @@ Protocol:   Executor (judge / close / context manager), typed dicts SubmissionDi
 Backends:   EmbeddedExecutor (in-process supervisor, the default), HttpExecutor (judge services),
             SandboxFusionExecutor (an existing SandboxFusion deployment), CachingExecutor (judges
             each distinct submission once; wraps another executor), JudgeCounter (counts the
-            submissions judged; wraps another executor)
+            submissions judged; wraps another executor), RewardFunctionExecutor (a Python reward
+            function scores the completions: "reward:module:function")
 Factory:    make_executor(spec)
 Errors:     RequestError (a ValueError naming the offending field), SandboxUnavailableError,
             JudgeAuthError (a judge service refused the client's token: HTTP 401)
@@ -33,12 +34,13 @@ from maxk_jax.execution.executor import (Executor, JudgeResult, SubmissionDict, 
                                          sandbox_error_result)
 from maxk_jax.execution.factory import make_executor
 from maxk_jax.execution.http_client import HttpExecutor
+from maxk_jax.execution.reward_executor import CompletionSubmission, RewardFunctionExecutor
 from maxk_jax.execution.sandbox import SandboxConfig, SandboxUnavailableError
 from maxk_jax.execution.sandboxfusion import SandboxFusionExecutor
 from maxk_jax.execution.schema import RequestError
 
 __all__ = [
-    "CachingExecutor", "EmbeddedExecutor", "Executor", "HttpExecutor", "JudgeAuthError", "JudgeCounter", "JudgeResult",
-    "RequestError", "SandboxConfig", "SandboxFusionExecutor", "SandboxUnavailableError", "SubmissionDict",
+    "CachingExecutor", "CompletionSubmission", "EmbeddedExecutor", "Executor", "HttpExecutor", "JudgeAuthError", "JudgeCounter", "JudgeResult",
+    "RequestError", "RewardFunctionExecutor", "SandboxConfig", "SandboxFusionExecutor", "SandboxUnavailableError", "SubmissionDict",
     "TestResult", "make_executor", "sandbox_error_result",
 ]

@@ -289,8 +289,9 @@ def apply_overrides(cfg: PipelineConfig, **shortcuts: Any) -> PipelineConfig:
 
 def uses_judge_cache(cfg: PipelineConfig) -> bool:
     """Whether judging goes through `CachingExecutor`: ``executor_cache`` on the synthetic data only
-    (real datasets' time limits make a verdict depend on timing, so each submission is judged)."""
-    return cfg.executor_cache and cfg.data.dataset == "synthetic"
+    (real datasets' time limits make a verdict depend on timing, so each submission is judged), never
+    for a reward function (``reward:module:function``: it scores completions, not programs)."""
+    return cfg.executor_cache and cfg.data.dataset == "synthetic" and not cfg.executor.startswith("reward:")
 
 
 def validate_config(cfg: PipelineConfig) -> None:

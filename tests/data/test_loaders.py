@@ -8,7 +8,8 @@ def test_names_and_aliases():
     assert canonical_name("CC") == "code_contests"
     assert canonical_name("livecodebench/code_generation_lite") == "livecodebench"
     assert canonical_name("open-r1/codeforces") == "codeforces"
-    assert set(LOADERS) == {"code_contests", "livecodebench", "livebench", "codeforces", "mbpp", "humaneval"}
+    assert set(LOADERS) == {"code_contests", "livecodebench", "livebench", "codeforces", "mbpp", "humaneval",
+                            "arithmetic"}
     with pytest.raises(ValueError, match="unknown dataset 'apps'"):
         canonical_name("apps")
 

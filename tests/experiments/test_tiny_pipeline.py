@@ -21,7 +21,7 @@ def test_help_lists_every_flag():
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     for name in ("config", "name", "runs_dir", "estimator", "k", "model_path", "dataset", "dataset_path",
-                 "overwrite", "progress"):
+                 "overwrite", "progress", "reward"):
         match = re.search(rf"--(\[no\])?{name}: (.+)", out.stdout)
         assert match and len(match.group(2)) > 20, name
 
@@ -60,6 +60,10 @@ def test_real_checkpoint_and_mbpp_route_from_the_command_line(tmp_path, mbpp_rou
     (["--runs_dir={d}/file/runs"], "runs directory (--runs_dir) '{d}/file/runs' cannot be created"),
     (["--name=exists"], "run directory '{d}/exists' exists; pass --overwrite or another --name"),
     (["--config.executor=http://127.0.0.1:1"], "executor 'http://127.0.0.1:1' is unreachable"),
+    (["--reward=nope_mod_xyz:f"], "--reward 'nope_mod_xyz:f': module 'nope_mod_xyz' cannot be imported"),
+    (["--reward=maxk_jax.data.arithmetic"], "--reward 'maxk_jax.data.arithmetic' must be 'module:function'"),
+    (["--reward=maxk_jax.data.arithmetic:closeness_reward", "--config.executor=embedded:1"],
+     "--reward='maxk_jax.data.arithmetic:closeness_reward' and --config.executor='embedded:1' both choose the judge"),
 ])
 def test_bad_inputs_fail_in_one_line_before_any_phase(tmp_path, args, message):
     (tmp_path / "file").write_text("")

@@ -14,7 +14,7 @@ from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
 from tests.cpu_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FLAGS = ("config", "resume", "progress", "validate_only")
+FLAGS = ("config", "resume", "progress", "validate_only", "reward")
 
 
 def train(*args, timeout=240):
@@ -177,3 +177,59 @@ def test_one_step_console_is_quiet(inputs, tiny_ckpt, tmp_path):
                 "--config.max_steps=2", "--resume", timeout=600)
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-3000:]
     assert f"cannot resume from the orbax checkpoint {tmp_path / 'run' / 'checkpoints' / '1'} (corrupt" in out.stderr
+
+
+# ------------------------------------------------------------------ --reward ------------------
+
+def test_reward_sets_the_judge_to_the_function():
+    out = train("--config=experiments/configs/base.py:grpo", "--config.model.path=/m", "--config.output_dir=/o",
+                "--config.data.dataset=arithmetic", "--reward=maxk_jax.data.arithmetic:first_integer_reward",
+                "--validate_only")
+    assert out.returncode == 0, out.stderr
+    config = json.loads(out.stdout)["config"]
+    assert config["rollout"]["executor"] == "reward:maxk_jax.data.arithmetic:first_integer_reward"
+    assert config["data"]["dataset"] == "arithmetic"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("first_integer_reward", "--reward 'first_integer_reward' must be 'module:function'"),
+    ("no_such_module_xyz:f", "--reward 'no_such_module_xyz:f': module 'no_such_module_xyz' cannot be imported"),
+    ("maxk_jax.data.arithmetic:nope", "--reward 'maxk_jax.data.arithmetic:nope': 'maxk_jax.data.arithmetic' has "
+                                      "no attribute 'nope'"),
+    ("maxk_jax.data.arithmetic:first_integer_reward --config.rollout.executor=embedded:2",
+     "--reward='maxk_jax.data.arithmetic:first_integer_reward' and --config.rollout.executor='embedded:2' both "
+     "choose the judge; give one"),
+])
+def test_bad_reward_is_one_line_before_work(tmp_path, value, message):
+    value, *more = value.split(" ")
+    out = train("--config=experiments/configs/base.py:grpo", "--config.model.path=/m",
+                f"--config.output_dir={tmp_path / 'run'}", f"--reward={value}", *more)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and message in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_reward_trains_on_the_arithmetic_task_from_the_command_line(inputs, tiny_ckpt, tmp_path):
+    out = train("--config=experiments/configs/tiny_synthetic.py", f"--config.model.path={tiny_ckpt}",
+                "--config.data.dataset=arithmetic", "--config.data.prompt_format=statement",
+                f"--config.output_dir={tmp_path / 'run'}", "--config.rollout.prompts=2", "--config.rollout.sampler.n=4",
+                "--config.algo.k=2", "--config.mesh.data=-1", "--config.log.tensorboard=false", "--config.max_steps=1",
+                "--config.eval.interval=0", "--config.rollout.sampler.max_new_tokens=8", "--noprogress",
+                "--reward=maxk_jax.data.arithmetic:closeness_reward", timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [record] = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert record["status/ok"] == 8 and record["samples/masked"] == 0 and 0.0 <= record["reward/mean"] <= 1.0
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["rollout"]["executor"] == "reward:maxk_jax.data.arithmetic:closeness_reward"
+
+
+def test_wandb_project_without_wandb_is_one_line(inputs, tiny_ckpt, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed")
+    out = train(*_tiny_run(inputs, tiny_ckpt, tmp_path / "run"), "--config.log.wandb_project=maxk", timeout=120)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
+    assert "log.wandb_project='maxk' needs the optional package wandb, which is not installed (pip install wandb)" \
+        in out.stderr
+    assert not (tmp_path / "run").exists()

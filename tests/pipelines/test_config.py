@@ -20,6 +20,8 @@ def test_judge_cache_is_used_for_synthetic_data_only():
     assert not uses_judge_cache(replace_fields(cfg, {"executor_cache": False}))
     real = apply_overrides(default_config(), model_path="/ckpt", dataset="mbpp")
     assert real.executor_cache and not uses_judge_cache(real)
+    # a reward function scores completions, not programs: nothing to cache (tiny_pipeline --reward)
+    assert not uses_judge_cache(replace_fields(cfg, {"executor": "reward:maxk_jax.data.arithmetic:closeness_reward"}))
 
 
 def test_overrides_return_a_copy_with_the_shortcuts_applied():

@@ -26,3 +26,16 @@ def small_config(model_path, problems, out_dir, **changes):
         "mesh.data": -1, "mesh.fsdp": 1, "checkpoint.interval": 2, "checkpoint.keep": 2,
         "eval.dataset": "synthetic", "eval.limit": 32, "eval.sampler.max_new_tokens": 64})
     return replace_fields(cfg, changes)
+
+
+SCORED: list[tuple[str, str, float]] = []   # (problem id, completion, reward) of `recorded_closeness_reward`
+
+
+def recorded_closeness_reward(problem: Problem, completion: str) -> float:
+    """The arithmetic example's graded reward, recording every call in `SCORED` (a
+    ``reward:tests.rl.fixtures:recorded_closeness_reward`` spec reaches this module's list)."""
+    from maxk_jax.data.arithmetic import closeness_reward
+
+    reward = closeness_reward(problem, completion)
+    SCORED.append((problem.id, completion, reward))
+    return reward

@@ -445,3 +445,24 @@ def test_each_process_keeps_its_last_rollout_devices(tmp_path):
     assert [d.id for d in own] == [3]                        # this process's (0) last one
     learner, own = replace_fields(cfg, {"rollout.devices": 0}).device_split(devices)
     assert learner == devices and own is None
+
+
+def test_a_reward_function_trains_on_the_arithmetic_task(tiny_ckpt, tmp_path):
+    """``rollout.executor="reward:module:function"`` (train's --reward): the RL loop's judge is the
+    Python function, called on the raw completions of the arithmetic questions; its rewards are the
+    step's rewards, and the step trains and checkpoints as with the code judge."""
+    from tests.rl import fixtures
+
+    fixtures.SCORED.clear()
+    cfg = small_config(tiny_ckpt, "", tmp_path / "out", max_steps=1, **{
+        "data.dataset": "arithmetic", "data.options": (("num_problems", 8), ("max_operand", 9)),
+        "rollout.executor": "reward:tests.rl.fixtures:recorded_closeness_reward", "algo.ppo_iterations": 1})
+    record = rl_loop.run(cfg, progress=False)
+    assert record["step"] == 1 and record["samples/judged"] == 8 and record["status/ok"] == 8
+    assert record["samples/masked"] == 0
+    assert len(fixtures.SCORED) == 8 and all(pid.startswith("arithmetic/train/") for pid, _, _ in fixtures.SCORED)
+    assert record["reward/mean"] == pytest.approx(np.mean([r for _, _, r in fixtures.SCORED]))
+    assert np.isfinite(record["ppo/loss"])
+    from maxk_jax.checkpoint import Checkpointer
+    with Checkpointer(tmp_path / "out" / "checkpoints", read_only=True) as saved:
+        assert saved.all_steps() == [1]
