@@ -285,6 +285,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
             param_dtype=cfg.model.dtype, **overrides)
         params = None
     model_config = model_config.replace(dtype=cfg.model.compute_dtype or cfg.model.dtype)
+    model_config = cfg.resolved_model_config(model_config, mesh, problems, tokenizer)   # remat "auto": by memory
     total = cfg.num_rl_steps(len(problems))
     tx, schedule = training.make_optimizer(
         cfg.optim.learning_rate, total_steps=total * cfg.algo.ppo_iterations,
