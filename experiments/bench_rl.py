@@ -41,6 +41,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("n", 32, "Completions per problem (rows per step = prompts x n).")
     flags.DEFINE_integer("max_new_tokens", 256, "New tokens per completion.")
     flags.DEFINE_integer("ppo_iterations", 3, "PPO iterations per RL step (the paper's 3).")
+    flags.DEFINE_integer("micro_batches", 1, "Micro-batches of each PPO update (gradient accumulation; divides "
+                         "--prompts).")
     flags.DEFINE_float("reference_share", 0.0, "Share of each problem's completions judged as its reference "
                        "solution instead (0..1).")
     flags.DEFINE_integer("judge_slots", 0, "Sandbox slots of the embedded judge (0 = one per host core).")
@@ -50,15 +52,17 @@ def define_flags() -> None:
     flags.DEFINE_enum("remat_policy", "auto", list(REMAT_POLICIES), "Qwen2Config.remat_policy (auto: by memory).")
     flags.DEFINE_enum("peer", None, ["torch", "none"], "PyTorch peer: torch (default where torch and "
                       "transformers import, off with --smoke) or none.")
+    flags.DEFINE_bool("judge_only", False, "Time the embedded judge alone on one step's prompts x n reference "
+                      "solutions (3 rounds) and write bench_rl_judge.json.")
     flags.DEFINE_integer("seed", 0, "Seed of the weights, problems and sampling.")
     flags.DEFINE_string("results_dir", "runs/bench_rl", "Directory for bench_rl.json and bench_rl.md.")
 
 
 def _settings() -> Any:
     from maxk_jax.rl import bench
-    shape = {name: getattr(FLAGS, name) for name in ("steps", "warmup", "prompts", "n", "max_new_tokens",
-                                                     "ppo_iterations", "reference_share", "judge_slots", "dtype",
-                                                     "compute_dtype", "decode_attention", "remat_policy", "seed")}
+    shape = {name: getattr(FLAGS, name) for name in (
+        "steps", "warmup", "prompts", "n", "max_new_tokens", "ppo_iterations", "micro_batches", "reference_share",
+        "judge_slots", "dtype", "compute_dtype", "decode_attention", "remat_policy", "seed")}
     if FLAGS.smoke:
         return bench.smoke_settings(**{k: shape[k] for k in ("reference_share", "judge_slots", "decode_attention",
                                                              "remat_policy", "seed")})
@@ -82,7 +86,7 @@ def _peer(settings: Any) -> dict[str, Any] | None:
     gen = bench_torch.hf_generate(config, case, settings.seed)
     data = train_batch(np.random.default_rng(settings.seed), settings.prompts * settings.n, settings.n, tp,
                        settings.max_new_tokens, config.vocab_size)
-    train = bench_torch.torch_train(config, data, settings.n, 1, 2)
+    train = bench_torch.torch_train(config, data, settings.n, settings.micro_batches, 2)
     return {"what": f"transformers generate + {settings.ppo_iterations} x the bench_torch train step, "
                     f"{case[0]} x {case[1]} rows of {tp} + {case[3]} tokens",
             "generate_s": gen["steady_s"], "train_step_s": train["steady_s"],
@@ -103,6 +107,13 @@ def main(argv: list[str]) -> None:
         out = pathlib.Path(FLAGS.results_dir)
         out.mkdir(parents=True, exist_ok=True)
     from maxk_jax.rl import bench
+    if FLAGS.judge_only:
+        judge = bench.judge_rate(settings)
+        (out / "bench_rl_judge.json").write_text(json.dumps(judge, indent=2))
+        print(f"judge: {judge['programs']} reference programs ({judge['tests_per_program']:.1f} tests each) on "
+              f"{judge['slots']} slots: {judge['programs_per_s']:.1f} programs/s, {judge['programs_per_s_per_slot']:.1f} "
+              f"per slot (load average {judge['loadavg_before'][0]:.1f} before, {judge['loadavg_after'][0]:.1f} after)")
+        return
     peer_row = _peer(settings) if peer == "torch" else None    # first: its memory goes back before JAX's
     with tempfile.TemporaryDirectory() as scratch:
         result = bench.with_peer(bench.run_bench(settings, scratch), peer_row)

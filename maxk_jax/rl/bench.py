@@ -43,8 +43,9 @@ PARTS = ("weight_copy_s", "rollout_s", "judge_s", "logprob_s", "update_s")
 class BenchSettings:
     """One benchmark: ``preset`` (`PRESETS`), ``steps`` timed RL steps after ``warmup`` untimed ones
     (the first compiles), ``prompts`` x ``n`` completions of ``max_new_tokens`` per step, ``ppo_iterations``,
-    ``reference_share`` in [0, 1], ``judge_slots`` (0 = one per host core), parameter / Adam ``dtype``,
-    matmul ``compute_dtype``, the model's ``decode_attention`` / ``remat_policy``, ``seed``."""
+    ``micro_batches`` of the update (dividing ``prompts``), ``reference_share`` in [0, 1], ``judge_slots``
+    (0 = one per host core), parameter / Adam ``dtype``, matmul ``compute_dtype``, the model's
+    ``decode_attention`` / ``remat_policy``, ``seed``."""
 
     preset: str = "qwen2.5-coder-1.5b"
     steps: int = 3
@@ -53,6 +54,7 @@ class BenchSettings:
     n: int = 32
     max_new_tokens: int = 256
     ppo_iterations: int = 3
+    micro_batches: int = 1
     reference_share: float = 0.0
     judge_slots: int = 0
     dtype: str = "float32"
@@ -64,7 +66,7 @@ class BenchSettings:
     def __post_init__(self) -> None:
         check_choice(self.preset, "preset", PRESETS)
         for name, low in (("steps", 1), ("warmup", 1), ("prompts", 1), ("n", 2), ("max_new_tokens", 1),
-                          ("ppo_iterations", 1), ("judge_slots", 0), ("seed", 0)):
+                          ("ppo_iterations", 1), ("micro_batches", 1), ("judge_slots", 0), ("seed", 0)):
             check_int(getattr(self, name), name, low)
         check_real(self.reference_share, "reference_share", "in [0, 1]",
                    isinstance(self.reference_share, (int, float)) and 0 <= self.reference_share <= 1)
@@ -91,6 +93,7 @@ def run_config(s: BenchSettings, output_dir: str) -> RunConfig:
         "model.decode_attention": s.decode_attention, "model.remat_policy": s.remat_policy,
         "rollout.prompts": s.prompts, "rollout.sampler.n": s.n, "rollout.sampler.max_new_tokens": s.max_new_tokens,
         "rollout.executor": f"embedded:{slots}", "algo.ppo_iterations": s.ppo_iterations,
+        "optim.micro_batches": s.micro_batches,
         "algo.k": min(RunConfig().algo.k, s.n // 2),
         "checkpoint.interval": 10 ** 9, "eval.interval": 0, "eval.at_end": False, "log.tensorboard": False})
 
@@ -302,6 +305,33 @@ def markdown(r: dict[str, Any]) -> str:
         lines += ["", f"PyTorch peer ({peer['what']}): {peer['model_s']:.3f} s per step against ours "
                   f"{r['model_s']:.3f} s (rollout + copy + log-probs + update): **{r['ratio_peer_over_ours']:.2f}x**"]
     return "\n".join(lines) + "\n"
+
+
+def judge_rate(s: BenchSettings, *, rounds: int = 3) -> dict[str, Any]:
+    """The embedded judge alone (``--judge_only``): ``rounds`` timed calls (after one untimed) judging one step's
+    ``prompts x n`` submissions, every one the problem's reference solution (it runs every test) -> programs per
+    second (median), per slot, the slots and the host's load average before and after."""
+    from maxk_jax.data.synthetic_solutions import canonical_solution
+    from maxk_jax.execution import make_executor
+    check_int(rounds, "rounds")
+    problems = bench_problems(s)[:s.prompts]
+    subs = [p.to_submission(canonical_solution(p), f"{i}/{j}") for i, p in enumerate(problems) for j in range(s.n)]
+    slots = s.judge_slots or os.cpu_count() or 1
+    load = os.getloadavg()
+    times = []
+    with make_executor(f"embedded:{slots}") as executor:
+        results = executor.judge(subs)
+        bad = [r["id"] for r in results if r.get("status") != "ok" or r.get("passed") != r.get("total")]
+        if bad:
+            raise RuntimeError(f"reference solutions failed the judge: {bad[:5]}")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            executor.judge(subs)
+            times.append(time.perf_counter() - t0)
+    rate = len(subs) / float(np.median(times))
+    return {"programs": len(subs), "tests_per_program": float(np.mean([len(r.get("tests") or ()) for r in results])),
+            "seconds": times, "programs_per_s": rate, "slots": slots, "programs_per_s_per_slot": rate / slots,
+            "loadavg_before": load, "loadavg_after": os.getloadavg()}
 
 
 def peer_case(s: BenchSettings, prompt_len: int) -> tuple[int, int, int, int]:
