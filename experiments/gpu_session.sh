@@ -9,6 +9,7 @@
 #
 #     bash experiments/gpu_session.sh runs/gpu_session            # on the GPU machine, from the repository root
 #     bash experiments/gpu_session.sh runs/gpu_smoke --smoke       # the same commands at the --smoke sizes (CPU)
+# PY names the interpreter (default python; e.g. PY=.venv/bin/python).
 set -uo pipefail
 OUT=${1:-runs/gpu_session}
 SMOKE=${2:-}

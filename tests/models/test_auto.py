@@ -31,7 +31,7 @@ class FakeDevice:
 T4 = FakeDevice("gpu", "Tesla T4", "7.5", 15 * GiB)
 A100_40 = FakeDevice("gpu", "NVIDIA A100-SXM4-40GB", "8.0", 40 * GiB)
 H200 = FakeDevice("gpu", "NVIDIA H200", "9.0", 139 * GiB)
-TPU = FakeDevice("tpu", "TPU v5 lite")
+TPU = FakeDevice("tpu", "TPU v5 lite", limit=16 * GiB)   # reports its memory, as TPUs do
 
 
 def test_run_config_and_model_config_share_the_defaults():
