@@ -11,8 +11,8 @@ this run on ``jax.devices()[0]``:
   (``2 x bytes / s``) and the FLOP/s of a ``--matmul_size``-cubed bf16 matmul (median of 10).
 * ``decode``: ``sampling.generate`` (bf16 params and compute, no stop token: every sample has
   ``new_tokens`` tokens) at each preset and case (``--cases``, default the RL rollout 16 prompts x
-  n = 8 with 512-token prompts and the paper's evaluation 1 x 128 with a 1,024-token prompt, both
-  256 new tokens): tok/s of the whole call (median of ``--repeats`` after a compiling call),
+  n = 8 with 512-token prompts, the paper's evaluation 1 x 128 with a 1,024-token prompt, and the RL
+  batch sizes 16 x 32 and 4 x 256 with 512-token prompts, all 256 new tokens: ``bench_decode.DEFAULT_CASES``): tok/s of the whole call (median of ``--repeats`` after a compiling call),
   prefill alone, ms per decode step, and the roofline: (bf16 weight bytes + the KV bytes a step
   must read: each prompt once, each row's own tokens at the average step;
   ``maxk_jax.gpu_plan.ideal_bytes``) / the measured bandwidth; ``frac_of_roofline`` = roofline
@@ -62,8 +62,8 @@ from absl import app, flags
 
 from experiments import bench_torch
 from experiments.bench_accelerator_report import write
-from experiments.bench_decode import (attention_variant, case_text, ceilings, decode_case, fused_draw,  # noqa: F401
-                                      parse_case, smoke_config, variant_config)
+from experiments.bench_decode import (DEFAULT_CASES, attention_variant, case_text, ceilings, decode_case,  # noqa: F401
+                                      fused_draw, parse_case, smoke_config, variant_config)
 from experiments.bench_torch import median_time as _median_time
 
 FLAGS = flags.FLAGS
@@ -75,7 +75,7 @@ def define_flags() -> None:
     flags.DEFINE_bool("smoke", False, "Tiny model and shapes (a CPU test of the whole pipeline).")
     flags.DEFINE_list("parts", list(PARTS), f"Parts to run, of {PARTS}.")
     flags.DEFINE_list("presets", ["qwen2.5-coder-1.5b", "qwen2.5-coder-7b"], "Decode presets (--smoke: a tiny model).")
-    flags.DEFINE_list("cases", ["16x8:512/256", "1x128:1024/256"],
+    flags.DEFINE_list("cases", list(DEFAULT_CASES),
                       "Decode cases PROMPTSxN:PROMPT_LEN/NEW_TOKENS (--smoke: 2x2:32/8,1x4:64/8).")
     flags.DEFINE_list("train_remat", ["auto"], "Remat policies of the train step (Qwen2Config.remat_policy: "
                       "auto (the default: dots on GPU, nothing elsewhere), nothing, dots), each timed with every "

@@ -11,6 +11,13 @@ import numpy as np
 from experiments.bench_torch import median_time as _median_time
 
 
+#: The decode cases of ``bench_accelerator --cases`` by default: the RL rollout of the base config (16 prompts x
+#: n = 8, 512-token prompts), the paper's evaluation as first measured (1 x 128, 1,024-token prompt), and the RL
+#: batch sizes (`RL_CASES`), all 256 new tokens.
+RL_CASES = ("16x32:512/256", "4x256:512/256")   # 512 and 1,024 rows per step: 1.5B decode turns compute-bound
+DEFAULT_CASES = ("16x8:512/256", "1x128:1024/256", *RL_CASES)
+
+
 def parse_case(text: str) -> tuple[int, int, int, int]:
     """``"16x8:512/256"`` -> (prompts, n, prompt_len, new_tokens). ValueError naming the text."""
     try:
@@ -22,6 +29,13 @@ def parse_case(text: str) -> tuple[int, int, int, int]:
     if min(p, n, tp, t) < 1:
         raise ValueError(f"--cases entry {text!r}: every number must be >= 1")
     return p, n, tp, t
+
+
+def cases_or_default(texts: list[str], own: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
+    """``texts`` (``--cases`` entries) parsed, or when empty ``own`` followed by `RL_CASES` (each once)."""
+    if texts:
+        return [parse_case(c) for c in texts]
+    return list(dict.fromkeys([own, *(parse_case(c) for c in RL_CASES)]))
 
 
 def ceilings(bandwidth_mib: int, matmul_size: int) -> dict[str, float]:

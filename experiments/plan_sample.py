@@ -74,6 +74,9 @@ flags.DEFINE_list("xla_options", [],
                   "--target=h100: XLA options of the compile as name=value pairs (e.g. "
                   "xla_gpu_experimental_force_split_k=1: GEMMs without split-K partial sums), what XLA_FLAGS would "
                   "set on a GPU; the defaults when empty.")
+flags.DEFINE_list("cases", [],
+                  "--target=h100: decode cases PROMPTSxN:PROMPT_LEN/NEW_TOKENS to compile (default: the --prompts x --n "
+                  "case, then the RL batch sizes of experiments.bench_decode.RL_CASES, 16x32 and 4x256 rows).")
 flags.DEFINE_list("decode_attention", ["xla", "pallas"],
                   "--target=h100: decode attentions to compile (Qwen2Config.decode_attention): xla (XLA fusions) "
                   "and/or pallas (the Pallas Triton kernels of maxk_jax.models.decode_attention).")
@@ -97,6 +100,7 @@ def _check_flags() -> None:
         if attention not in qwen2.DECODE_ATTENTION:
             raise ValueError(f"--decode_attention: {attention!r} is not one of {qwen2.DECODE_ATTENTION}")
     _xla_options()
+    _cases()
     for name in ("prompts", "n", "prompt_len", "new_tokens"):
         if getattr(FLAGS, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
@@ -114,6 +118,22 @@ def _xla_options() -> dict[str, str]:
             raise ValueError(f"--xla_options: {pair!r} is not name=value with an xla_ option name")
         out[name] = value
     return out
+
+
+def _cases() -> list[tuple[int, int, int, int]]:
+    """--cases as (prompts, n, prompt_len, new_tokens); default the flags' case, then the RL batch sizes."""
+    from experiments.bench_decode import cases_or_default
+    return cases_or_default(FLAGS.cases, (FLAGS.prompts, FLAGS.n, FLAGS.prompt_len, FLAGS.new_tokens))
+
+
+def _bound_line(config: qwen2.Qwen2Config, case: tuple[int, int, int, int]) -> str:
+    """The analytic floors of one decode step of ``case`` (``maxk_jax.step_roofline``) at the H200's measured
+    ceilings."""
+    from maxk_jax import step_roofline
+    d = step_roofline.decode_step(config, *case, **step_roofline.H200_MEASURED)
+    return (f"  floors at {step_roofline.H200_TEXT}: weights {1e3 * d['weights_s']:.3f} ms, KV {1e3 * d['kv_s']:.3f} ms, "
+            f"matmul {1e3 * d['matmul_s']:.3f} ms, attention {1e3 * d['attention_s']:.3f} ms per step: "
+            f"{d['bound']}-bound, roofline {1e3 * d['roofline_s']:.3f} ms")
 
 
 def _row_markdown(preset: str, r: dict) -> str:
@@ -152,19 +172,20 @@ def _gpu_main() -> None:
     """--target=h100: the deviceless GPU compile of the decode loop per preset."""
     from maxk_jax import gpu_plan
     from maxk_jax.sampling import SamplerSettings
-    settings = SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.new_tokens)
     reports, lines = [], []
     options = _xla_options()
-    for preset in FLAGS.presets:
-        for attention in FLAGS.decode_attention:
-            config = qwen2.preset(preset, dtype=FLAGS.dtype, decode_attention=attention)
-            r = gpu_plan.gpu_decode_report(config, settings, FLAGS.prompts, FLAGS.prompt_len, FLAGS.target,
-                                           compiler_options=options)
-            reports.append({"preset": preset, **{k: v for k, v in r.items() if k != "traffic"},
-                            "traffic": r["traffic"][:20]})
-            lines += [f"{preset}, decode_attention={attention}: {FLAGS.prompts} prompts x n={FLAGS.n}, "
-                      f"{FLAGS.prompt_len}-token prompts, {FLAGS.new_tokens} new tokens, {FLAGS.dtype}",
-                      *gpu_plan.report_lines(r, FLAGS.top), ""]
+    jobs = [(preset, case, attention) for preset in FLAGS.presets for case in _cases()
+            for attention in FLAGS.decode_attention]
+    for preset, (prompts, n, prompt_len, new_tokens), attention in tqdm(jobs, desc="deviceless compiles"):
+        settings = SamplerSettings(n=n, max_new_tokens=new_tokens)
+        config = qwen2.preset(preset, dtype=FLAGS.dtype, decode_attention=attention)
+        r = gpu_plan.gpu_decode_report(config, settings, prompts, prompt_len, FLAGS.target,
+                                       compiler_options=options)
+        reports.append({"preset": preset, **{k: v for k, v in r.items() if k != "traffic"},
+                        "traffic": r["traffic"][:20]})
+        lines += [f"{preset}, decode_attention={attention}: {prompts} prompts x n={n}, "
+                  f"{prompt_len}-token prompts, {new_tokens} new tokens, {FLAGS.dtype}",
+                  *gpu_plan.report_lines(r, FLAGS.top), _bound_line(config, (prompts, n, prompt_len, new_tokens)), ""]
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"plan_sample_{FLAGS.target}.md").write_text("\n".join(lines) + "\n")

@@ -31,12 +31,13 @@ mesh (XLA cannot partition a custom call) the kernels run per device under ``sha
 their prompts split along the cache's batch axes (``data``, ``fsdp``), KV heads with their query
 heads along ``tensor`` when the KV-head count divides by it (else every tensor shard attends all
 heads of its rows: the cache is replicated there anyway). Selected by
-``Qwen2Config.decode_attention = "pallas"``, or ``"auto"`` (the default) when compiling for a GPU.
+``Qwen2Config.decode_attention = "pallas"``, or ``"auto"`` (the default) when compiling for a GPU of
+compute capability >= 8.0 (``maxk_jax.models.auto``).
 """
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +46,7 @@ from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec
 
 from maxk_jax import sharding as sh
+from maxk_jax.models import auto
 from maxk_jax.models.attention import compiling_for_gpu, context_platform
 from maxk_jax.models.kv_cache import attend_decode, write_slot
 from maxk_jax.models.qwen2_config import DECODE_ATTENTION
@@ -57,15 +59,22 @@ Q_TILE = 64       # prompt-kernel query rows per program (the queries of many ro
                   # one program holding all of 1 prompt x n = 128 rows would exceed an H100's shared memory)
 
 
-def resolve(name: str, platform: str | None = None) -> str:
+def resolve(name: str, platform: str | None = None, device: Any = None) -> str:
     """The decode attention ``name`` (``Qwen2Config.decode_attention``) selects on ``platform``
-    (default: the one being compiled for, :func:`maxk_jax.models.attention.context_platform`):
-    ``"auto"`` -> ``"pallas"`` on GPU, ``"xla"`` elsewhere (CPU, TPU); the others unchanged."""
+    (default: the one being compiled for, :func:`maxk_jax.models.attention.context_platform`) and
+    ``device`` (default: :func:`maxk_jax.models.auto.context_device` when resolving for the context;
+    none when ``platform`` is given): ``"auto"`` -> :func:`maxk_jax.models.auto.decode_attention`
+    (``"pallas"`` on a GPU of compute capability >= 8.0 or unknown, ``"xla"`` elsewhere: CPU, TPU,
+    older GPUs); the others unchanged."""
     if name not in DECODE_ATTENTION:
         raise ValueError(f"decode attention {name!r} is not one of {DECODE_ATTENTION}")
     if name != "auto":
         return name
-    return "pallas" if compiling_for_gpu(platform) else "xla"
+    if platform is None:
+        platform = context_platform()
+        if device is None and compiling_for_gpu(platform):
+            device = auto.context_device(platform)
+    return auto.decode_attention("gpu" if compiling_for_gpu(platform) else platform, device)
 
 
 def _pow2(x: int) -> int:

@@ -17,6 +17,10 @@ DECODE_ATTENTION = ("auto", "xla", "pallas")
 DECODE_DRAW = ("xla", "pallas")
 #: Values of Qwen2Config.remat_policy (``qwen2.remat_policy`` gives each one's jax.checkpoint policy).
 REMAT_POLICIES = ("auto", "nothing", "dots")
+#: The one default of each device-dependent knob (Qwen2Config and the RL run config's model section both take
+#: it from here; what "auto" resolves to on a device: maxk_jax.models.auto).
+DEFAULT_DECODE_ATTENTION = "auto"
+DEFAULT_REMAT_POLICY = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +46,19 @@ class Qwen2Config:
     remat: bool = False  # rematerialise each decoder layer in the backward pass
     # what a rematerialised layer keeps from its forward pass (REMAT_POLICIES): nothing (recompute the
     # whole layer: least memory) | dots (keep q, k, v, the attention output and the MLP's gate / up:
-    # no matmul recomputed but the attention's; more memory) | auto = dots when compiling for a GPU
-    # (faster there, measured), nothing elsewhere
-    remat_policy: str = "auto"
+    # no matmul recomputed but the attention's; more memory) | auto = nothing off GPU; on a GPU the RL
+    # loop picks dots when its compiled train step fits the card's memory (models.auto.train_step_remat),
+    # and a bare trace on a GPU takes dots (faster there, measured)
+    remat_policy: str = DEFAULT_REMAT_POLICY
     # full/prefill attention: auto | xla | chunked | dot_product (models.attention); auto = dot_product
     # (cuDNN flash) when compiling for a GPU, chunked elsewhere
     attention: str = "auto"
     attention_chunk: int = 512  # queries per block of the chunked attention
     # one-token decode attention over the KV cache: auto | xla (kv_cache.attend_decode) | pallas (the
     # Pallas GPU kernels of models.decode_attention: K/V read once, live slots only; interpreted off GPU);
-    # auto = pallas when compiling for a GPU (faster at every measured shape), xla elsewhere
-    decode_attention: str = "auto"
+    # auto = pallas when compiling for a GPU of compute capability >= 8.0 (faster at every measured shape),
+    # xla elsewhere (models.auto.decode_attention)
+    decode_attention: str = DEFAULT_DECODE_ATTENTION
     # decode_attention="pallas": programs per (prompt, KV head, query tile) along the prompt's slots
     # (flash-decoding splits; 0 = chosen by models.decode_attention.prompt_splits, 1 = unsplit)
     decode_attention_splits: int = 0

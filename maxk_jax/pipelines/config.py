@@ -33,11 +33,14 @@ def rl_defaults() -> RunConfig:
     the project's default method (``rl.method.UNBIASED_OFFPOLICY``: unbiased off-policy max@k, eq. 10
     + LOO-1 + loo_rms, IS-weighted loss; k = 4, 3 PPO iterations, beta 0.01) at tiny scale -- 16
     steps x 8 problems x n = 8, 64 new tokens, lr 3e-4, float32 math, data-parallel, no periodic
-    evaluation."""
+    evaluation, the xla decode attention and remat policy "nothing" (pinned: what the stored comparisons ran)."""
     run = replace_fields(RunConfig(), {
         "name": "rl", "max_steps": 16,
         "data.dataset": "", "data.problems": "", "data.prompt_format": "statement",
         "model.compute_dtype": "float32", "model.remat": False,
+        # pinned: the stored comparisons (docs/async_testbed/cells/*/compare_config.json) ran these, and a
+        # comparison resumes only under its settings (on CPU "auto" resolves to the same)
+        "model.decode_attention": "xla", "model.remat_policy": "nothing",
         "rollout.prompts": 8, "rollout.sampler.n": 8, "rollout.sampler.max_new_tokens": 64,
         "algo.k": 4,
         "optim.learning_rate": 3e-4,

@@ -243,10 +243,13 @@ class RunContext:
 
 
 def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
-          executor: Executor | None = None, eval_fn: EvalFn | None = None) -> RunContext:
+          executor: Executor | None = None, eval_fn: EvalFn | None = None,
+          weights: tuple[Any, Any, Tokenizer] | None = None, problems: Sequence[Problem] | None = None) -> RunContext:
     """Validate, build the mesh, load tokenizer / weights / problems, restore or create the train
     state, compile the step functions, open the executor and the metrics logger (registered on
-    `stack`, which closes them)."""
+    `stack`, which closes them). ``weights`` = (Qwen2Config, params, tokenizer) in memory instead of
+    ``model.path`` and ``problems`` instead of the data section (a benchmark's random weights:
+    ``maxk_jax.rl.bench``; no resume)."""
     from maxk_jax.models import convert, qwen2
     from maxk_jax.models.tokenizer import load_tokenizer
 
@@ -254,7 +257,10 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         raise TypeError(f"the RL loop takes a RunConfig (maxk_jax.rl.config_dict.from_config_dict converts a "
                         f"ConfigDict), got {type(cfg).__name__}")
     cfg.distributed.initialize()  # before anything asks jax for its devices
-    cfg.require_paths()
+    if weights is None:
+        cfg.require_paths()
+    elif resume or not cfg.output_dir:
+        raise ValueError("setup(weights=...) needs an output_dir and no resume")
     cfg_step = cfg.validate()
     learner_devices, rollout_devices = cfg.device_split()   # rollout_devices None: shared
     mesh = sharding_lib.make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices=learner_devices)
@@ -272,12 +278,15 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
                          f"{ckpt.latest_step()}); pass resume=True (--resume) or a new output_dir")
 
     model_dir = os.path.abspath(cfg.model.path)
-    tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir)
-    problems = load_problem_set(cfg.data, tokenizer)   # before the weights: a bad problem set fails fast
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir) if weights is None else weights[2]
+    problems = (load_problem_set(cfg.data, tokenizer) if problems is None   # before the weights: fails fast
+                else list(problems))
     need_weights = cfg.algo.loss.needs_reference or not restoring
     overrides = {"remat": cfg.model.remat, "remat_policy": cfg.model.remat_policy,
                  "decode_attention": cfg.model.decode_attention}
-    if need_weights:
+    if weights is not None:
+        model_config, params = weights[0].replace(**overrides), weights[1]
+    elif need_weights:
         model_config, params = convert.load_hf(model_dir, cfg.model.dtype, mesh=mesh, **overrides)
     else:  # resuming without a KL reference: the checkpoint holds the weights
         model_config = qwen2.Qwen2Config.from_json_file(
@@ -285,6 +294,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
             param_dtype=cfg.model.dtype, **overrides)
         params = None
     model_config = model_config.replace(dtype=cfg.model.compute_dtype or cfg.model.dtype)
+    model_config = cfg.resolved_model_config(model_config, mesh, problems, tokenizer)   # remat "auto": by memory
     total = cfg.num_rl_steps(len(problems))
     tx, schedule = training.make_optimizer(
         cfg.optim.learning_rate, total_steps=total * cfg.algo.ppo_iterations,

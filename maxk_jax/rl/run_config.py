@@ -31,7 +31,8 @@ from maxk_jax.rl import losses
 from maxk_jax.rl.staleness import CORRECTIONS
 from maxk_jax.data.prompts import PROMPT_FORMATS
 from maxk_jax.rl.rollout import REWARDS
-from maxk_jax.models.qwen2_config import DECODE_ATTENTION, REMAT_POLICIES
+from maxk_jax.models.qwen2_config import (DECODE_ATTENTION, DEFAULT_DECODE_ATTENTION, DEFAULT_REMAT_POLICY,
+                                         REMAT_POLICIES)
 from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
                              option_pairs)
 from maxk_jax.rl.training import StepConfig
@@ -59,10 +60,12 @@ class ModelSettings:
     the frozen KL reference weights ("" = dtype; "bfloat16" halves them: the reference pass
     computes in compute_dtype anyway); remat: rematerialise decoder
     layers; remat_policy: what a rematerialised layer keeps ("nothing" | "dots": the projections'
-    outputs, no matmul recomputed but the attention's, for more memory | "auto": dots on GPU, nothing
-    elsewhere); decode_attention: the sampler's one-token attention ("xla" | "pallas": the Pallas GPU
-    kernels of ``models.decode_attention``, interpreted off GPU | "auto": pallas on GPU, xla elsewhere;
-    on a GPU pass auto or pallas / dots: faster there, measured); logprob_chunk: vocabulary columns
+    outputs, no matmul recomputed but the attention's, for more memory | "auto", the default: nothing
+    off GPU, on a GPU dots when the compiled train step fits the card's memory, else nothing:
+    ``models.auto.train_step_remat``); decode_attention: the sampler's one-token attention ("xla" |
+    "pallas": the Pallas GPU kernels of ``models.decode_attention``, interpreted off GPU | "auto", the
+    default: pallas on a GPU of compute capability >= 8.0, xla elsewhere); the defaults are
+    ``Qwen2Config``'s (``models.qwen2_config.DEFAULT_*``); logprob_chunk: vocabulary columns
     per chunk of the log-prob passes (train step, reference pass; None = ``logprobs.pick_vocab_chunk(V)``,
     divisor of V in [4096, 8192])."""
 
@@ -73,8 +76,8 @@ class ModelSettings:
     compute_dtype: str = "bfloat16"
     reference_dtype: str = ""
     remat: bool = True
-    remat_policy: str = "nothing"
-    decode_attention: str = "xla"
+    remat_policy: str = DEFAULT_REMAT_POLICY
+    decode_attention: str = DEFAULT_DECODE_ATTENTION
     logprob_chunk: int | None = None
 
     def __post_init__(self) -> None:
@@ -515,6 +518,27 @@ class RunConfig:
         return Sampler.create(model_config, None, tokenizer, self.rollout.sampler, eos_ids=self.rollout.eos_ids,
                               prompt_format=self.data.prompt_format, render_kwargs=self.render_kwargs(),
                               min_prompt_bucket=self.rollout.min_prompt_bucket)
+
+
+    def resolved_model_config(self, model_config: Any, mesh: Any, problems: Sequence[Any], tokenizer: Any) -> Any:
+        """``model_config`` with ``remat_policy="auto"`` resolved for this run's train step on ``mesh``
+        (``models.auto.train_step_remat``: off GPU "nothing" at once; on a GPU the fastest policy whose
+        step of ``rollout.prompts x n`` rows, the longest of ``problems``' prompt buckets +
+        ``max_new_tokens`` columns, fits the card); unchanged when the policy is set or remat is off."""
+        if model_config.remat_policy != "auto" or not model_config.remat:
+            return model_config
+        from maxk_jax.models import auto
+        from maxk_jax.sampling import prompt_length_bucket
+
+        def prompt_len() -> int:
+            prompts, _ = self.rollout_sampler(model_config, tokenizer).encode(problems)
+            return prompt_length_bucket(max(len(p) for p in prompts), self.rollout.min_prompt_bucket)
+
+        policy = auto.train_step_remat(model_config, self.step_config(), mesh,
+                                       sequences=self.rollout.prompts * self.rollout.sampler.n, prompt_len=prompt_len,
+                                       completion_len=self.rollout.sampler.max_new_tokens,
+                                       mu_dtype=self.optim.mu_dtype or None)
+        return model_config.replace(remat_policy=policy)
 
 
 SECTION_TYPES: dict[str, type] = {
