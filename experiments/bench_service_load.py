@@ -26,6 +26,7 @@ import time
 
 import httpx
 from absl import app, flags
+from maxk_jax import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("clients", 16, "Concurrent client threads per mode.")
@@ -167,4 +168,4 @@ def main(argv: list) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

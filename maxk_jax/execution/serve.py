@@ -23,6 +23,7 @@ import time
 
 import uvicorn
 from absl import app, flags
+from maxk_jax import cli
 
 from maxk_jax.execution.auth import TokenFileError, is_loopback, read_token_file
 from maxk_jax.execution.sandbox import MAX_SLOTS, SandboxConfig, SandboxUnavailableError
@@ -158,4 +159,4 @@ def main(argv: list) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _run(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "experiments.staleness_grid", "--config=experiments/configs/tiny.py:toy",
+    return subprocess.run([sys.executable, "-m", "experiments.staleness_grid", "--config=experiments/configs/tiny.py:smoke",
                            "--progress=false", f"--config.runs_dir={tmp_path}", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from maxk_jax.pipelines import default_config
-from maxk_jax.pipelines import toy_config as pipeline_toy_config
+from maxk_jax.pipelines import smoke_config as pipeline_smoke_config
 from maxk_jax.eval import compare_runs
 from maxk_jax.pipelines import apply_overrides, prepare_base, prepare_data, report_markdown, run_pipeline
 from maxk_jax.pipelines.phases import cpu_model
@@ -16,12 +16,12 @@ from tests.pipelines.fixtures import (TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, e
                                      mbpp_route)
 
 
-def toy_config(runs_dir: str):
-    return replace_fields(pipeline_toy_config(), {"runs_dir": runs_dir})
+def smoke_config(runs_dir: str):
+    return replace_fields(pipeline_smoke_config(), {"runs_dir": runs_dir})
 
 
 def test_toy_pipeline_writes_the_report(tmp_path):
-    cfg = toy_config(str(tmp_path))
+    cfg = smoke_config(str(tmp_path))
     out = run_pipeline(cfg, progress=False)
     run = pathlib.Path(out["run_dir"])
     for rel in ("report.md", "curves.png", "comparison.json", "comparison.md", "timings.json",
@@ -34,7 +34,7 @@ def test_toy_pipeline_writes_the_report(tmp_path):
         assert text in report, text
     comparison = json.loads((run / "comparison.json").read_text())
     assert comparison["ks"] == [1, 2] and comparison["num_problems"] == 2
-    assert set(comparison["means"]) == {"base", "trained (maxk_offpolicy_exact)"}   # the default method
+    assert set(comparison["means"]) == {"base", "maxk_offpolicy_exact_loo1_rms"}   # the default method, by name
     metrics = [json.loads(line) for line in (run / "rl/metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     timings = json.loads((run / "timings.json").read_text())
@@ -98,7 +98,7 @@ def hf_datasets_cache(tmp_path, monkeypatch):
 
 def test_real_checkpoint_and_mbpp_route(tmp_path, mbpp_route, hf_datasets_cache):  # noqa: F811
     data, ckpt = mbpp_route
-    cfg = apply_overrides(toy_config(str(tmp_path / "runs")), name="toy_mbpp", model_path=ckpt, dataset="mbpp",
+    cfg = apply_overrides(smoke_config(str(tmp_path / "runs")), name="toy_mbpp", model_path=ckpt, dataset="mbpp",
                           dataset_path=data, estimator="grpo")
     cfg = replace_fields(cfg, {"data.train_split": "train", "data.eval_split": "test"})
     judge = _RecordingExecutor()
