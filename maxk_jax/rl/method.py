@@ -212,34 +212,42 @@ def apply_method(run: RunConfig, name: str, table: Mapping[str, Method] | None =
         raise ValueError(f"method {name!r} overrides fields {sorted(overrides)}: {err}") from err
 
 
-def _value(run: RunConfig, path: str, value: Any) -> Any:
-    """An override's value for `run`: `value`, or the run's own value at `path` times a `Scaled` factor."""
-    if not isinstance(value, Scaled):
-        return value
+def _field(run: RunConfig, path: str) -> Any:
+    """The value of the dotted field `path` of `run`."""
     node: Any = run
     for part in path.split("."):
         node = getattr(node, part)
-    return node * value.factor
+    return node
+
+
+def _value(run: RunConfig, path: str, value: Any) -> Any:
+    """An override's value for `run`: `value`, or the run's own value at `path` times a `Scaled` factor."""
+    return _field(run, path) * value.factor if isinstance(value, Scaled) else value
 
 
 def method_label(run: RunConfig, table: Mapping[str, Method] | None = None) -> str:
     """The name runs of `run`'s method are labelled with: ``run.name`` when it is a method name
     whose settings `run` has (e.g. after `apply_method`; a `Scaled` field is not checked), else the first registry name whose
-    settings it has (estimator, options, loss form, overrides), else a description
+    settings it has (estimator, options, loss form, overrides; the methods with overrides first, those
+    with only `Scaled` ones never), else a description
     ``<estimator>(<option>=<value>, ..., <loss form> loss)`` of a method the registry lacks."""
     names = method_names(table)
 
     def has(name: str) -> bool:   # a Scaled override's field is not checked (its base value is gone)
         estimator, kind, options, overrides = method_spec(name, table)
-        try:
-            out = with_method(run, Method(estimator, options, kind))
-            return replace_fields(out, {p: v for p, v in overrides.items() if not isinstance(v, Scaled)}) == run
-        except ValueError:
+        a = run.algo
+        if (a.estimator, dict(a.estimator_options), a.loss.kind) != (estimator, options, loss_form(estimator, kind)):
             return False
+        return all(_field(run, p) == v for p, v in overrides.items() if not isinstance(v, Scaled))
 
     if run.name in names and has(run.name):
         return run.name
-    for name in names:
+
+    def rank(name: str) -> int:   # 0: absolute overrides (the most specific), 1: none, 2: only Scaled ones
+        overrides = method_spec(name, table)[3].values()
+        return 1 if not overrides else 2 if all(isinstance(v, Scaled) for v in overrides) else 0
+
+    for name in sorted((n for n in names if rank(n) < 2), key=rank):
         if has(name):
             return name
     a = run.algo

@@ -138,6 +138,10 @@ def test_an_interrupted_run_continues_from_its_last_checkpoint(tmp_path):
     assert checkpoint_steps(str(rl_dir)) == [1, 2]
     shutil.rmtree(rl_dir / "checkpoints" / "2")     # as if killed after step 1's checkpoint
     shutil.rmtree(rl_dir.parent / "eval")
+    from maxk_jax.pipelines.compare import saved_runs
+
+    assert saved_runs(str(tmp_path / "cmp")) == (f"{tmp_path / 'cmp'}: 0 finished run(s), RL checkpoints of "
+                                                 "grpo/seed0 (step 1); continue with the same command and --resume")
     again = run()
     assert [k for k in again["timings"] if k.startswith("rl")] == ["rl grpo seed 0 (resumed at step 1)"]
     assert (rl_dir.parent / "eval" / "per_problem.jsonl").read_text() == first_rewards

@@ -2,6 +2,7 @@
 the base-model cache; the --model_path + --dataset=mbpp route in process), and the report text."""
 import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from maxk_jax.pipelines import smoke_config as pipeline_smoke_config
 from maxk_jax.eval import compare_runs
 from maxk_jax.pipelines import apply_overrides, prepare_base, prepare_data, report_markdown, run_pipeline
 from maxk_jax.pipelines.phases import cpu_model
+from maxk_jax.pipelines.tiny import check_run_dir, resume_note
 from maxk_jax.fields import replace_fields
 from tests.pipelines.fixtures import (TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, eval_result,  # noqa: F401
                                      mbpp_route)
@@ -21,7 +23,7 @@ def smoke_config(runs_dir: str):
 
 
 def test_toy_pipeline_writes_the_report(tmp_path):
-    cfg = smoke_config(str(tmp_path))
+    cfg = replace_fields(smoke_config(str(tmp_path)), {"rl.checkpoint.interval": 1, "rl.checkpoint.keep": 2})
     out = run_pipeline(cfg, progress=False)
     run = pathlib.Path(out["run_dir"])
     for rel in ("report.md", "curves.png", "comparison.json", "comparison.md", "timings.json",
@@ -46,9 +48,40 @@ def test_toy_pipeline_writes_the_report(tmp_path):
     path, record, cached = prepare_base(cfg, train, str(tmp_path / "_cache"))
     assert cached and path == str(cache[0]) and len(record["losses"]) == 4
     assert record["cpu"] == cpu_model() and record["cpu"]   # the warm-up is reproducible per CPU model
-    # an existing run directory is refused without overwrite
-    with pytest.raises(ValueError, match="exists"):
+    # an existing run directory is refused without overwrite or resume
+    with pytest.raises(ValueError, match="exists; pass --resume to continue it, --overwrite to start over"):
         run_pipeline(cfg, progress=False)
+    check_resume(cfg, run)
+
+
+def _rewards(run: pathlib.Path, which: str) -> list:
+    return [json.loads(line)["rewards"] for line in (run / which / "per_problem.jsonl").read_text().splitlines()]
+
+
+def check_resume(cfg, run: pathlib.Path) -> None:
+    """A run interrupted after its step-1 checkpoint and the base evaluation resumes: the RL run from
+    step 1 (metrics and the trained model's evaluation as uninterrupted), the base evaluation read back;
+    a finished run resumes to the same report; other settings and a missing run are refused."""
+    trained = _rewards(run, "trained")
+    shutil.rmtree(run / "rl" / "checkpoints" / "2")
+    shutil.rmtree(run / "trained")
+    (run / "report.md").unlink()
+    assert "step 1 of 2, the base model's evaluation; continue with the same command and --resume" in resume_note(cfg)
+    out = run_pipeline(cfg, resume=True, progress=False)
+    assert list(out["timings"]) == ["data", "base (tokenizer + model + warm-up)", "rl (resumed at step 1)",
+                                    "eval trained"]
+    assert _rewards(run, "trained") == trained
+    assert [json.loads(line)["step"] for line in (run / "rl/metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert "| rl (resumed at step 1) |" in (run / "report.md").read_text()
+    out = run_pipeline(cfg, resume=True, progress=False)          # finished: nothing is trained or evaluated again
+    assert list(out["timings"]) == ["data", "base (tokenizer + model + warm-up)"]
+    assert _rewards(run, "trained") == trained and (run / "report.md").is_file()
+    with pytest.raises(ValueError, match=r"was made with other settings \(sections seed differ\)"):
+        run_pipeline(replace_fields(cfg, {"seed": 1}), resume=True, progress=False)
+    with pytest.raises(ValueError, match="holds no tiny pipeline run"):
+        run_pipeline(replace_fields(cfg, {"name": "other"}), resume=True, progress=False)
+    with pytest.raises(ValueError, match="--overwrite deletes the run that --resume would continue"):
+        check_run_dir(cfg, overwrite=True, resume=True)
 
 
 
