@@ -285,7 +285,7 @@ def test_reference_validation():
 
     cfg = smoke_config()
     assert validate_methods(["grpo_binary"], cfg, METHODS, "base") == ["grpo_binary"]
-    with pytest.raises(ValueError, match="must include 'maxk_offpolicy'"):
+    with pytest.raises(ValueError, match="--reference='maxk_offpolicy' must be one of --methods"):
         validate_methods(["grpo", "grpo_binary"], cfg, METHODS)
     with pytest.raises(ValueError, match="at least two distinct"):
         validate_methods(["grpo"], cfg, METHODS, "grpo")

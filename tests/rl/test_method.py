@@ -71,3 +71,15 @@ def test_every_shipped_config_trains_the_default_method():
     assert method_label(tiny_synthetic.get_run_config()) == DEFAULT_METHOD
     for variant in (None, "toy", "smoke", "testbed"):
         assert method_label(pipeline_config(tiny.get_config(variant)).rl) == DEFAULT_METHOD, variant
+
+
+def test_the_docs_table_lists_every_method_once():
+    """docs/usage/estimators.md's method table names exactly the registry's methods."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs/usage/estimators.md").read_text(encoding="utf-8")
+    section = text.split("## Methods (`maxk_jax.rl.method`)", 1)[1]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    names = [n for row in rows for n in re.findall(r"`([a-z0-9_]+)`", row)]
+    assert sorted(names) == sorted(method_names())
