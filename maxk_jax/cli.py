@@ -217,7 +217,8 @@ def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None) ->
     except KeyboardInterrupt:
         sys.stdout.flush()
         line = " ".join(f"interrupted: {interrupted_message()}".split())
-        sys.stderr.write(f"\n{_program()}: {line}\n")   # the newline ends a progress bar's partial line
+        start = "\n" if sys.stderr.isatty() else ""   # a terminal: end a progress bar's partial line
+        sys.stderr.write(f"{start}{_program()}: {line}\n")
         sys.stderr.flush()
         sys.exit(130)
 

@@ -109,7 +109,7 @@ def test_console_is_quiet_unless_asked(program):
 def test_ctrl_c_is_one_line_saying_what_was_saved_with_status_130(program, mode, saved):
     out = run(program, f"--mode={mode}")
     assert out.returncode == 130, out.stderr
-    assert out.stderr.strip().splitlines() == [f"prog: interrupted: {saved}"], out.stderr
+    assert out.stderr.splitlines() == [f"prog: interrupted: {saved}"], out.stderr
 
 
 def test_sigint_of_a_running_program(program):
@@ -123,4 +123,4 @@ def test_sigint_of_a_running_program(program):
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130 and err.strip().splitlines() == ["prog: interrupted: the table so far in 'out.md'"], err
+    assert proc.returncode == 130 and err.splitlines() == ["prog: interrupted: the table so far in 'out.md'"], err

@@ -44,6 +44,8 @@ def test_every_method_applies_and_labels_its_runs_by_name(name):
 
 def test_labels_of_unnamed_runs_and_of_settings_outside_the_registry():
     assert method_label(RunConfig()) == "maxk_offpolicy"                      # the RunConfig's own default
+    assert method_label(apply_method(RunConfig(), "grpo", rename=False)) == "grpo"   # not grpo_lowlr (lr unknown)
+    assert method_label(apply_method(RunConfig(), "grpo_binary", rename=False)) == "grpo_binary"   # most specific
     assert method_label(apply_method(RunConfig(), DEFAULT_METHOD, rename=False)) == DEFAULT_METHOD
     assert method_label(apply_method(RunConfig(), "maxk_offpolicy_zscore")) == "maxk_offpolicy_zscore"
     odd = replace_fields(apply_method(RunConfig(), "maxk_offpolicy_exact"),
