@@ -122,3 +122,11 @@ def test_one_entry_point_in_a_fresh_interpreter(sweep):
                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
         forked = sweep["maxk_jax.execution.serve"][args[0]]
         assert (out.returncode, out.stderr) == (forked["rc"], forked["stderr"])
+
+
+def test_evaluate_seed_defaults_to_zero(sweep):
+    import re
+
+    help_text = sweep["experiments.evaluate"]["--help"]["stdout"]
+    match = re.search(r"--seed: Seed of the sampling key.*?\(default: '(\d+)'\)", help_text, re.S)
+    assert match and match.group(1) == "0", help_text[-3000:]
