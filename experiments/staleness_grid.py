@@ -32,6 +32,7 @@ from ml_collections import config_flags
 from maxk_jax import cli, config_overrides, preflight
 from maxk_jax.cli import parse_seeds
 from maxk_jax.pipelines import from_config_dict, run_comparison, shortcut_overrides
+from maxk_jax.pipelines.compare import saved_runs
 from maxk_jax.pipelines.methods import apply_method
 from maxk_jax.rl.method import check_method
 from maxk_jax.pipelines.staleness_grid import (Cell, cell_config, cell_has_runs, cell_row_keys, collect_rows, grid_cells,
@@ -108,11 +109,16 @@ def main(argv: Sequence[str]) -> None:
                              + ", ".join(cell_row_keys(cells)))
         preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")
         preflight.check_executor(cfg.executor)
+    cli.on_interrupt(lambda: "; ".join(saved_runs(os.path.abspath(os.path.join(cfg.runs_dir, c.name)), "repeat the "
+                                                  "command to continue") for c in cells
+                                       if os.path.isdir(os.path.join(cfg.runs_dir, c.name)))
+                     or "no cell started (a finished base model stays cached under <runs_dir>/_cache)")
     for cell in cells:
         if FLAGS.aggregate_only and not cell_has_runs(cfg.runs_dir, cell, seeds):
             continue
         # --aggregate_only re-aggregates each cell's finished (method, seed) runs, however they were started
-        run_comparison(cell_config(cfg, cell), cell.methods, seeds, name=cell.name, reference="base", progress=FLAGS.progress, finished_only=FLAGS.aggregate_only)
+        run_comparison(cell_config(cfg, cell), cell.methods, seeds, name=cell.name, reference="base",
+                       progress=FLAGS.progress, finished_only=FLAGS.aggregate_only)
     rows = collect_rows(cfg.runs_dir, cells)
     if FLAGS.reference_row:
         with cli.user_errors():

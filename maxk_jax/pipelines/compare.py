@@ -360,9 +360,9 @@ def check_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequenc
     return methods, large_k
 
 
-def saved_runs(out_dir: str) -> str:
+def saved_runs(out_dir: str, how: str = "continue with the same command and --resume") -> str:
     """What an interrupted comparison in `out_dir` has saved, for Ctrl-C's line: its evaluated
-    (method, seed) runs and the RL runs with checkpoints."""
+    (method, seed) runs and the RL runs with checkpoints, then `how` to continue."""
     if not os.path.isfile(os.path.join(out_dir, "compare_config.json")):
         return "nothing of this comparison was saved (a finished base model stays cached under <runs_dir>/_cache)"
     done, partial = [], []
@@ -375,7 +375,7 @@ def saved_runs(out_dir: str) -> str:
             elif steps:
                 partial.append(f"{run} (step {steps[-1]})")
     return (f"{out_dir}: {len(done)} finished run(s){' (' + ', '.join(done) + ')' if done else ''}, RL checkpoints "
-            f"of {', '.join(partial) if partial else 'no unfinished run'}; continue with the same command and --resume")
+            f"of {', '.join(partial) if partial else 'no unfinished run'}; {how}")
 
 
 def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[int], *, name: str,
