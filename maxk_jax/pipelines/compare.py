@@ -347,6 +347,8 @@ def check_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequenc
     settings_path = os.path.join(out_dir, "compare_config.json")
     if resume and overwrite:
         raise ValueError("--overwrite deletes the comparison that --resume would continue: give one")
+    if finished_only and not os.path.isfile(os.path.join(out_dir, "base", "summary.json")):
+        raise ValueError(f"{out_dir!r} has no base-model evaluation yet: nothing to aggregate")
     if resume and not os.path.isfile(settings_path):
         raise ValueError(f"--resume: {out_dir!r} holds no comparison (no compare_config.json); drop --resume to "
                          "start one")
@@ -429,8 +431,6 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                 cfg, sampler.replace(params=params_fn()), problems, judge, directory, label, progress=progress,
                 ks=tuple(range(1, top + 1))))
 
-        if finished_only and not os.path.isfile(os.path.join(out_dir, "base", "summary.json")):
-            raise ValueError(f"{out_dir!r} has no base-model evaluation yet: nothing to aggregate")
         base = evaluated(os.path.join(out_dir, "base"), lambda: base_params, "base")
         runs: dict[str, dict[int, EvalResult]] = {m: {} for m in methods}
         stats: dict[str, dict[int, dict[str, float]]] = {m: {} for m in methods}
