@@ -15,6 +15,7 @@ Phases (each timed, wall and CPU seconds reported):
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -187,7 +188,8 @@ def run_pipeline(cfg: PipelineConfig, *, overwrite: bool = False, resume: bool =
                 lambda: prepare_base(cfg, train, cache_root, progress=progress), "tiny_pipeline base"))
             base = dict(base, description=_describe_tiny_base(cfg, base, model_path, cached))
         rl_dir = os.path.join(run_dir, "rl")
-        rcfg = rl_config(cfg, model_path, rl_dir, train_path)
+        # the RL run is named after its method: its progress bar, config.json and wandb run
+        rcfg = dataclasses.replace(rl_config(cfg, model_path, rl_dir, train_path), name=method_label(cfg.rl))
         rl_record = _rl_phase(rcfg, timer, judge, progress, resume, lead)
         tokenizer = load_tokenizer(model_path)
         # One process: a single device, as always. Multi-host: params on the RL mesh, problems

@@ -94,7 +94,8 @@ def test_report_markdown_lists_setup_phases_and_tables():
     md = report_markdown(cfg, comparison, timings, {"description": "tiny model X"}, {"reward/mean": 0.25},
                          {"start": [1.0], "end": [2.0]})
     assert md.startswith("# Tiny pipeline run `tiny`")
-    for text in ("- model: tiny model X", "estimator `maxk_offpolicy_exact` (baseline=loo1, scale=loo_rms, is_weighted loss, k = 4)", "reward mean 0.250",
+    for text in ("- model: tiny model X", "method `maxk_offpolicy_exact_loo1_rms` (estimator `maxk_offpolicy_exact`, baseline=loo1, scale=loo_rms, "
+                 "is_weighted loss, k = 4)", "reward mean 0.250",
                  "3 test problems, n = 64", "| data | 1.0 | 0.5 |", "| total | 3.5 | 4.5 |",
                  "each distinct (program, tests) judged once", "## Base vs trained:", "max@2"):
         assert text in md, text
