@@ -2,7 +2,7 @@ r"""The embedded main job: tiny Qwen2 -> warm-up -> RL with the off-policy max@k
 
     .venv/bin/python -m experiments.tiny_pipeline                          # ~6 min on 2 CPU cores
     .venv/bin/python -m experiments.tiny_pipeline --method=grpo --name=tiny_grpo
-    .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # ~90 CPU-s, learns a little
+    .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # ~65 CPU-s, learns a little
     .venv/bin/python -m experiments.tiny_pipeline --name=tiny_grpo --method=grpo --resume    # after Ctrl-C
     .venv/bin/python -m experiments.tiny_pipeline --model_path=/models/qwen2.5-coder-0.5b-instruct \
         --dataset=mbpp --config.data.train_split=train --config.data.eval_split=test

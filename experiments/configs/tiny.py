@@ -2,7 +2,7 @@
 
     .venv/bin/python -m experiments.tiny_pipeline                       # this config
     .venv/bin/python -m experiments.tiny_pipeline --config.rl.max_steps=40 --config.eval.sampler.n=32
-    .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # ~90 CPU-s, learns a little
+    .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # ~65 CPU-s, learns a little
     .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:smoke # seconds (tests)
     .venv/bin/python -m experiments.compare_methods --config=experiments/configs/tiny.py:testbed ...
 

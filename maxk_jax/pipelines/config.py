@@ -235,7 +235,7 @@ def smoke_config() -> PipelineConfig:
 def toy_config() -> PipelineConfig:
     """The first run (about a minute on a 2-core CPU): the smallest setting in which the warmed-up
     model writes some working programs, so RL has rewards to learn from -- easy problems (one
-    operation, scalar input), a 2-layer 64-wide model warmed up for 500 steps (`TOY_WARMUP`), the
+    operation, scalar input), a 2-layer 64-wide model warmed up for 300 steps (`TOY_WARMUP`), the
     smoke test's 2 RL steps with room for whole programs (48 new tokens), and a paired evaluation of
     8 test problems x n = 16. Its numbers are noisy (a handful of problems and samples); the main job
     (`default_config`) is the measurement."""
@@ -252,7 +252,7 @@ def toy_config() -> PipelineConfig:
 
 
 TOY_PROBLEMS = {"num_train": 80, "num_test": 8, "min_ops": 1, "max_ops": 1, "list_fraction": 0.0}
-TOY_WARMUP = {"steps": 500, "batch_size": 16}
+TOY_WARMUP = {"steps": 300, "batch_size": 16}
 TESTBED_TEMPERATURE = 1.4
 
 

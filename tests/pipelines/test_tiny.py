@@ -145,3 +145,16 @@ def test_real_checkpoint_and_mbpp_route(tmp_path, mbpp_route, hf_datasets_cache)
     # RL sampled the train split (2 steps x 2 problems of 3), evaluation the first two test problems
     rl_funcs, eval_funcs = set(judge.entry_points) & TRAIN_FUNCS, set(judge.entry_points) - TRAIN_FUNCS
     assert len(rl_funcs) >= 2 and eval_funcs == set(TEST_FUNCS[:2])
+
+
+@pytest.mark.slow   # ~65 CPU-s: the toy config's warm-up
+def test_the_toy_config_learns_something(tmp_path):
+    """The first run a user makes (tiny.py:toy) shows the method doing something: the warmed-up model
+    writes some working programs (max@k > 0), the trained one too, labelled by its method's name."""
+    from maxk_jax.pipelines import toy_config
+
+    out = run_pipeline(replace_fields(toy_config(), {"runs_dir": str(tmp_path)}), progress=False)
+    means = out["comparison"]["means"]
+    assert set(means) == {"base", "maxk_offpolicy_exact_loo1_rms"}
+    for name in means:
+        assert max(v for v in means[name]["max_at_k"].values() if v is not None) > 0, (name, means[name])
