@@ -196,7 +196,8 @@ def test_one_step_console_is_quiet(inputs, tiny_ckpt, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr == "", out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("training 'tiny_synthetic' -> ") and lines[-1].endswith("metrics.jsonl")
+    assert lines[0].startswith("training 'tiny_synthetic' (method maxk_offpolicy_exact_loo1_rms) -> ")
+    assert lines[-1].endswith("metrics.jsonl")
     assert "| reward/mean |" in out.stdout and len(lines) < 20 and "{" not in out.stdout
     for root, _, files in os.walk(tmp_path / "run" / "checkpoints" / "1" / "state" / "ocdbt.process_0"):
         for name in files:   # damage the array data (the metadata stays intact)
