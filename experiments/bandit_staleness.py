@@ -30,6 +30,7 @@ import time
 from typing import Any, Sequence
 
 from absl import app, flags
+from maxk_jax import cli
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -253,4 +254,4 @@ def define_flags() -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run_main(main)

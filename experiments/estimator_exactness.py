@@ -21,6 +21,7 @@ import pathlib
 from typing import Sequence
 
 from absl import app, flags
+from maxk_jax import cli
 import numpy as np
 
 from maxk_jax import estimators as E
@@ -119,4 +120,4 @@ if __name__ == "__main__":
     flags.DEFINE_integer("draws", 4, "Random (θ, θ_old, θ_μ) draws per shift.")
     flags.DEFINE_integer("seed", 0, "Seed of the draws.")
     flags.DEFINE_string("out", "", "Also write the markdown table to this file ('' = stdout only).")
-    app.run(main)
+    cli.run_main(main)

@@ -74,8 +74,8 @@ flags.DEFINE_float("top_p", 1.0, "Nucleus sampling threshold (1 = disabled).")
 flags.DEFINE_integer("top_k", 0, "Top-k sampling (0 = disabled).")
 flags.DEFINE_list("eos_id", [], "Stop token ids (default: the tokenizer's eos token, the model config's eos ids "
                   "and generation_config.json's eos_token_id).")
-flags.DEFINE_integer("seed", None, "Seed of the sampling key (required: sample j of problem i uses "
-                     "split(fold_in(key(seed), i), n)[j]).")
+flags.DEFINE_integer("seed", 0, "Seed of the sampling key (sample j of problem i uses "
+                     "split(fold_in(key(seed), i), n)[j]); the same seed gives every model the same keys.")
 flags.DEFINE_enum("prompt_format", "auto", ["auto", "full", "statement"], "Prompt format (maxk_jax.rl.rollout): "
                   "'full' (system prompt + instructions + answer format), 'statement' (the bare statement in the "
                   "chat template, as the tiny pipeline trains), or 'auto': the training run's data.prompt_format "
@@ -104,7 +104,7 @@ flags.DEFINE_integer("num_processes", 1, "Multi-host: number of processes (with 
 flags.DEFINE_integer("process_id", 0, "Multi-host: this process's id in [0, num_processes).")
 flags.DEFINE_bool("overwrite", False, "Discard existing results in --out_dir instead of resuming.")
 flags.DEFINE_bool("progress", True, "Show a tqdm progress bar.")
-flags.mark_flags_as_required(["checkpoint", "out_dir", "seed"])
+flags.mark_flags_as_required(["checkpoint", "out_dir"])
 
 # Settings that change which results are produced: a resumed run must match them exactly.
 RESULT_KEYS = ("checkpoint", "dataset", "problem_ids_sha256", "num_problems", "n", "seed", "max_new_tokens",

@@ -29,12 +29,13 @@ from collections.abc import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.configs import base as base_config
 from maxk_jax import cli, config_overrides, preflight
 from maxk_jax.cli import parse_seeds
 from maxk_jax.pipelines import from_config_dict, run_comparison, shortcut_overrides
+from maxk_jax.pipelines.compare import saved_runs
 from maxk_jax.pipelines.methods import apply_method
-from maxk_jax.pipelines.staleness_grid import (cell_config, cell_has_runs, cell_row_keys, collect_rows, grid_cells,
+from maxk_jax.rl.method import check_method
+from maxk_jax.pipelines.staleness_grid import (Cell, cell_config, cell_has_runs, cell_row_keys, collect_rows, grid_cells,
                                                grid_markdown, paired_tests, plot_grid)
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
@@ -55,6 +56,9 @@ def define_flags() -> None:
                       "maxk_offpolicy_loo1 / maxk_offpolicy_exact_loo1, no GRPO cells) or loo1_rms (the unbiased "
                       "scale-free form, IS-weighted: maxk_offpolicy_loo1_rms / maxk_offpolicy_exact_loo1_rms, the "
                       "only family whose behaviour cells validate).")
+    flags.DEFINE_list("methods", [], "Train only these of the cells' methods (names of the method registry "
+                      "maxk_jax.rl.method, the --method names of every entry point that trains; each must be a "
+                      "method of some cell of --baseline). Empty: every method of --baseline's families.")
     flags.DEFINE_string("runs_dir", None, "Runs directory (default: config.runs_dir); the base-model cache is shared "
                         "with experiments.tiny_pipeline and compare_methods.")
     flags.DEFINE_bool("aggregate_only", False, "Train nothing: re-aggregate each cell's evaluated (method, seed) runs "
@@ -65,6 +69,21 @@ def define_flags() -> None:
                         "row at max@1 and max@K to the table (every cell has the same problems, keys and base). "
                         "Empty: no tests.")
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars.")
+
+
+def only_methods(cells: list[Cell], methods: Sequence[str]) -> list[Cell]:
+    """The grid's cells restricted to `methods` (all when empty; cells left without a method are
+    dropped). ValueError for a name that is not a method of the registry or of no cell."""
+    if not methods:
+        return cells
+    in_grid = {m for cell in cells for m in cell.methods}
+    for method in methods:
+        check_method(method)
+        if method not in in_grid:
+            raise ValueError(f"--methods: {method!r} is not a method of this grid (its methods: "
+                             f"{', '.join(sorted(in_grid))}; --baseline chooses the families)")
+    kept = [cell._replace(methods=tuple(m for m in cell.methods if m in methods)) for cell in cells]
+    return [cell for cell in kept if cell.methods]
 
 
 def main(argv: Sequence[str]) -> None:
@@ -80,22 +99,26 @@ def main(argv: Sequence[str]) -> None:
             raise ValueError(f"--staleness={','.join(FLAGS.staleness)} must be ints") from None
         if not staleness or staleness[0] < 0:
             raise ValueError(f"--staleness={','.join(FLAGS.staleness)} must be ints >= 0")
-        cells = grid_cells(staleness, FLAGS.prefix, FLAGS.baseline)
+        cells = only_methods(grid_cells(staleness, FLAGS.prefix, FLAGS.baseline), FLAGS.methods)
         for cell in cells:
             cell_config(cfg, cell)   # every cell's config is valid before any work
             for method in ([] if FLAGS.aggregate_only else cell.methods):   # and every run it would train
-                cell_config(apply_method(cfg, method, base_config.METHODS), cell)
+                cell_config(apply_method(cfg, method), cell)
         if FLAGS.reference_row and FLAGS.reference_row not in cell_row_keys(cells):
             raise ValueError(f"--reference_row={FLAGS.reference_row!r} is not a row of this grid; rows: "
                              + ", ".join(cell_row_keys(cells)))
         preflight.check_writable_dir(cfg.runs_dir, "runs directory (--runs_dir)")
         preflight.check_executor(cfg.executor)
+    cli.on_interrupt(lambda: "; ".join(saved_runs(os.path.abspath(os.path.join(cfg.runs_dir, c.name)), "repeat the "
+                                                  "command to continue") for c in cells
+                                       if os.path.isdir(os.path.join(cfg.runs_dir, c.name)))
+                     or "no cell started (a finished base model stays cached under <runs_dir>/_cache)")
     for cell in cells:
         if FLAGS.aggregate_only and not cell_has_runs(cfg.runs_dir, cell, seeds):
             continue
         # --aggregate_only re-aggregates each cell's finished (method, seed) runs, however they were started
-        run_comparison(cell_config(cfg, cell), cell.methods, seeds, name=cell.name, method_table=base_config.METHODS,
-                       reference="base", progress=FLAGS.progress, finished_only=FLAGS.aggregate_only)
+        run_comparison(cell_config(cfg, cell), cell.methods, seeds, name=cell.name, reference="base",
+                       progress=FLAGS.progress, finished_only=FLAGS.aggregate_only)
     rows = collect_rows(cfg.runs_dir, cells)
     if FLAGS.reference_row:
         with cli.user_errors():

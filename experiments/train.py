@@ -1,18 +1,18 @@
 r"""RL fine-tuning launcher: sample -> execute -> estimate -> PPO -> evaluate -> checkpoint.
 
-    .venv/bin/python -m experiments.train --config=experiments/configs/base.py:maxk_offpolicy \
+    .venv/bin/python -m experiments.train --method=maxk_offpolicy_exact_loo1_rms \
         --config.model.path=/models/qwen2.5-coder-7b-instruct \
         --config.data.problems=cache/cc_train.jsonl.gz --config.output_dir=runs/maxk
-    .venv/bin/python -m experiments.train --config=experiments/configs/base.py:maxk_offpolicy \
+    .venv/bin/python -m experiments.train --method=maxk_offpolicy_exact_loo1_rms \
         --config.model.path=... --config.output_dir=runs/maxk --resume      # continue exactly
     .venv/bin/python -m experiments.train --config.model.path=... --config.output_dir=runs/arith \
         --config.data.dataset=arithmetic --reward=maxk_jax.data.arithmetic:first_integer_reward  # your reward
 
-Configs: experiments/configs/base.py:<method> (the paper's hyperparameters; methods in its METHODS
-table: grpo, bon_max_mean, bon_max_second, bon_loo1, bon_mean, maxk_offpolicy (default),
-maxk_offpolicy_is, maxk_offpolicy_exact, maxk, rloo, tang_loo, tang_loo_biased, tang_leave_p_out,
-tang_softmax, majority_vote) and experiments/configs/tiny_synthetic.py (laptop scale); any field
-can be overridden with --config.<field>=<value> (typed: --config.eval.ks='(1,2,4)',
+Methods (--method=<name>, the same names as every entry point that trains: the registry
+maxk_jax.rl.method, listed by --help; default: the config's method, maxk_offpolicy_exact_loo1_rms in
+every shipped config; --config=experiments/configs/base.py:<method> names one too). Configs:
+experiments/configs/base.py (the paper's hyperparameters) and experiments/configs/tiny_synthetic.py
+(laptop scale); any field can be overridden with --config.<field>=<value> (typed: --config.eval.ks='(1,2,4)',
 --config.algo.estimator_options="(('clamp_delta',0.5),)", --config.data.chat=true).
 The config is converted once to the typed maxk_jax.rl.run_config.RunConfig and validated (estimator, k <= n, mesh vs devices, batch vs data axis, micro-batches)
 before anything is loaded or compiled; then the model directory, problem files, output directory,
@@ -39,11 +39,12 @@ with config_overrides.explained_errors("config", _DEFAULT_CONFIG):  # unknown --
     config_flags.DEFINE_config_file(
         "config", _DEFAULT_CONFIG,
         "Path to an ml_collections config file, optionally with a method: "
-        "experiments/configs/base.py:<method> (grpo, bon_mean, maxk_offpolicy, ...); override fields "
+        "experiments/configs/base.py:<method> (a --method name); override fields "
         "with --config.<field>=<value>, e.g. --config.algo.k=2.", lock_config=True)
+cli.define_method_flag()
 flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in "
-                  "<output_dir>/checkpoints (same data order and PRNG state); without it an "
-                  "output_dir that already holds checkpoints is refused.")
+                  "<output_dir>/checkpoints (same data order and PRNG state; refused when there is none); "
+                  "without it an output_dir that already holds checkpoints is refused.")
 flags.DEFINE_bool("progress", True, "Show a tqdm progress bar over RL steps.")
 flags.DEFINE_string("reward", None, "Score completions with your own Python reward function instead of the code "
                     "judge: 'module:function', a callable (problem, completion) -> float in [0, 1] (or batched, "
@@ -57,8 +58,10 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from maxk_jax import preflight
+    from maxk_jax.pipelines.compare import checkpoint_steps
     from maxk_jax.rl import loop as rl_loop
     from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
+    from maxk_jax.rl.method import apply_method, method_label
 
     with cli.user_errors():   # every check before work: one line per mistake, nothing written
         if FLAGS.reward is not None:   # imports the function now: a bad value is one line, exit 2
@@ -68,7 +71,10 @@ def main(argv: list[str]) -> None:
                 raise ValueError(f"--reward={FLAGS.reward!r} and --config.rollout.executor={FLAGS.config.rollout.executor!r} both "
                                  "choose the judge; give one")
             FLAGS.config.rollout.executor = reward_executor_spec(FLAGS.reward, what="--reward")
+        method = cli.method_flag()
         cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
+        if method is not None:
+            cfg = apply_method(cfg, method)
         cfg.distributed.initialize()
         cfg.require_paths()
         step = cfg.validate()
@@ -77,7 +83,15 @@ def main(argv: list[str]) -> None:
                               "loss_kind": step.kind}, indent=2))
             return
         preflight.check_training_run(cfg, resume=FLAGS.resume)
-    print(f"training {cfg.name!r} -> {cfg.output_dir}", flush=True)
+        if FLAGS.resume and not checkpoint_steps(cfg.output_dir):
+            raise ValueError(f"--resume: {os.path.join(cfg.output_dir, 'checkpoints')!r} holds no checkpoint to "
+                             "resume from; drop --resume to start the run")
+    ckpt_dir = os.path.join(cfg.output_dir, "checkpoints")
+    cli.on_interrupt(lambda: (f"checkpoints of steps {checkpoint_steps(cfg.output_dir)} in {ckpt_dir!r} (every "
+                              f"{cfg.checkpoint.interval} steps); continue with the same command and --resume"
+                              if checkpoint_steps(cfg.output_dir) else
+                              f"no checkpoint yet (every {cfg.checkpoint.interval} steps, in {ckpt_dir!r})"))
+    print(f"training {cfg.name!r} (method {method_label(cfg)}) -> {cfg.output_dir}", flush=True)
     try:
         record = rl_loop.run(cfg, resume=FLAGS.resume, progress=FLAGS.progress)
     except (rl_loop.MaskedRolloutError, rl_loop.ResumeError) as err:   # a dead judge, a damaged checkpoint

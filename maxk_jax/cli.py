@@ -5,6 +5,8 @@
   no traceback and no help text: raise `UserError` (or `absl.app.UsageError`), or run the
   checks inside ``with user_errors():`` which turns their ValueError / OSError into `UserError`;
 * ``--help`` / ``--helpshort`` / ``--helpfull`` exit 0;
+* Ctrl-C (KeyboardInterrupt) prints ONE line ``<program>: interrupted: <what was saved>`` and exits
+  with status 130; a main says what it saved (and how to continue) with `on_interrupt`;
 * internal errors (anything else) keep their traceback;
 * a quiet console: library log records (orbax, jax, transformers, ...) below ERROR and the
   program's own below WARNING are dropped unless ``--log_level=info`` (or debug) or absl's
@@ -15,10 +17,14 @@
     def main(argv):
         with cli.user_errors():          # checks before work: one line per mistake
             cfg = check_everything()
+        cli.on_interrupt(lambda: f"checkpoints in {cfg.out}; continue with --resume")   # Ctrl-C's line
         do_the_work(cfg)                 # errors here are bugs: tracebacks
 
     if __name__ == "__main__":
         cli.run_main(main)               # instead of absl.app.run(main)
+
+Every entry point under experiments/ (and ``maxk_jax.execution.serve``) is written this way; one that
+trains takes ``--method`` from `define_method_flag` (the names of `maxk_jax.rl.method`).
 """
 from __future__ import annotations
 
@@ -175,9 +181,28 @@ def _without_traceback(text: str) -> str:
     return f"{text.split(marker)[0].strip()} {last}"
 
 
+NOTHING_RESUMABLE = "nothing resumable was saved (files written so far may be incomplete)"
+_INTERRUPT_NOTE: list[Callable[[], str]] = []
+
+
+def on_interrupt(saved: Callable[[], str] | str) -> None:
+    """What Ctrl-C's one line says was saved (and how to continue): `saved`, or its result when
+    called at the interrupt (so it can list the checkpoints written by then). Replaces the previous note."""
+    _INTERRUPT_NOTE[:] = [saved if callable(saved) else (lambda: saved)]
+
+
+def interrupted_message() -> str:
+    """The interrupt line's text: the `on_interrupt` note (`NOTHING_RESUMABLE` when none was set or it failed)."""
+    try:
+        return _INTERRUPT_NOTE[0]() if _INTERRUPT_NOTE else NOTHING_RESUMABLE
+    except Exception:   # noqa: BLE001 -- the note must not turn Ctrl-C into a traceback
+        return NOTHING_RESUMABLE
+
+
 def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None) -> None:
     """`absl.app.run(main)` with the rules of this module: `UserError` and `app.UsageError` from
-    `main` are one line on stderr and exit status 2; flag errors likewise; ``--help`` exits 0."""
+    `main` are one line on stderr and exit status 2; flag errors likewise; ``--help`` exits 0;
+    Ctrl-C is one line (what was saved: `on_interrupt`) and exit status 130."""
     define_log_level_flag()
 
     def wrapped(args: list[str]) -> Any:
@@ -187,7 +212,29 @@ def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None) ->
         except (UserError, app.UsageError) as err:
             fail(str(err))
 
-    app.run(wrapped, argv=argv, flags_parser=parse_flags)
+    try:
+        app.run(wrapped, argv=argv, flags_parser=parse_flags)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        line = " ".join(f"interrupted: {interrupted_message()}".split())
+        start = "\n" if sys.stderr.isatty() else ""   # a terminal: end a progress bar's partial line
+        sys.stderr.write(f"{start}{_program()}: {line}\n")
+        sys.stderr.flush()
+        sys.exit(130)
+
+
+def define_method_flag() -> None:
+    """``--method`` (once per process): the RL method by its registry name (`maxk_jax.rl.method`; the
+    same names, default and error of every entry point that trains). Its value: None = the config's
+    method; check it with `maxk_jax.rl.method.check_method` (one line naming the valid ones)."""
+    from maxk_jax.rl.method import DEFAULT_METHOD, method_names
+
+    if "method" not in flags.FLAGS:
+        flags.DEFINE_string(
+            "method", None, "RL method: estimator + options + loss form, by its name in the registry "
+            f"maxk_jax.rl.method (default: the config's method, {DEFAULT_METHOD} in every shipped config: "
+            "unbiased off-policy max@k, docs/usage/estimators.md). Valid: " + ", ".join(method_names()) + ".",
+            module_name=sys.argv[0])   # listed by --help with the program's own flags
 
 
 def parse_seeds(values: Sequence[str]) -> list[int]:
@@ -204,3 +251,24 @@ def parse_seeds(values: Sequence[str]) -> list[int]:
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds must be a non-empty list of distinct ints, got {list(values)}")
     return seeds
+
+
+def method_flag(prefix: str = "", argv: Sequence[str] | None = None) -> str | None:
+    """The ``--method`` given (None when not given), checked: a registry name (ValueError naming the
+    valid ones) that no ``--config.<prefix><field>`` override of the same fields contradicts
+    (ValueError: the method sets the estimator, its options, the loss form and its own overrides).
+    `prefix`: where the RunConfig sits in the --config tree ("rl." in the pipeline config)."""
+    from maxk_jax.rl.method import check_method, method_spec
+
+    name = flags.FLAGS.method
+    if name is None:
+        return None
+    check_method(name)
+    touched = {"algo.estimator", "algo.estimator_options", "algo.loss.kind", *method_spec(name)[3]}
+    given = [a[2:].split("=", 1)[0] for a in (sys.argv if argv is None else argv)[1:] if a.startswith("--config.")]
+    clash = [g for g in given if g[len("config."):].removeprefix(prefix) in touched]
+    if clash:
+        raise ValueError(f"--method={name} sets {', '.join('--' + c for c in clash)} too: give one of them (a "
+                         "method's settings with other estimator options: --config.<...>.algo.* without --method)")
+    return name
+

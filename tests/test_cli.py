@@ -29,6 +29,16 @@ SCRIPT = textwrap.dedent('''
                 open("/nonexistent/dir/file")
         if mode == "internal":
             raise ValueError("a bug")
+        if mode == "interrupt":
+            cli.on_interrupt(lambda: "checkpoints of steps [2] in 'out'; continue with --resume")
+            raise KeyboardInterrupt
+        if mode == "interrupt_bare":
+            raise KeyboardInterrupt
+        if mode == "wait":
+            import time
+            cli.on_interrupt("the table so far in 'out.md'")
+            print("waiting", flush=True)
+            time.sleep(60)
         if mode == "log":
             logging.info("program info")
             logging.warning("program warning")
@@ -91,3 +101,26 @@ def test_console_is_quiet_unless_asked(program):
             assert shown in out.stderr, (flag, out.stderr)
     out = run(program, "--mode=log", "--log_level=error")
     assert "warning" not in out.stderr
+
+
+@pytest.mark.parametrize("mode,saved", [
+    ("interrupt", "checkpoints of steps [2] in 'out'; continue with --resume"),
+    ("interrupt_bare", "nothing resumable was saved (files written so far may be incomplete)")])
+def test_ctrl_c_is_one_line_saying_what_was_saved_with_status_130(program, mode, saved):
+    out = run(program, f"--mode={mode}")
+    assert out.returncode == 130, out.stderr
+    assert out.stderr.splitlines() == [f"prog: interrupted: {saved}"], out.stderr
+
+
+def test_sigint_of_a_running_program(program):
+    import signal
+
+    proc = subprocess.Popen([sys.executable, program, "--name=x", "--mode=wait"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        assert proc.stdout.readline().strip() == "waiting"   # main is running
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.splitlines() == ["prog: interrupted: the table so far in 'out.md'"], err

@@ -2,7 +2,8 @@
 
     .venv/bin/python -m experiments.tiny_pipeline                       # this config
     .venv/bin/python -m experiments.tiny_pipeline --config.rl.max_steps=40 --config.eval.sampler.n=32
-    .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # seconds
+    .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:toy   # ~65 CPU-s, learns a little
+    .venv/bin/python -m experiments.tiny_pipeline --config=experiments/configs/tiny.py:smoke # seconds (tests)
     .venv/bin/python -m experiments.compare_methods --config=experiments/configs/tiny.py:testbed ...
 
 Phases and their fields:
@@ -15,7 +16,7 @@ Phases and their fields:
               solutions per train problem at near-miss rate `noise`);
   rl          the RL run in its command-line form (maxk_jax/rl/config_dict.py: the fields of
               maxk_jax.rl.run_config.RunConfig; defaults `maxk_jax.pipelines.config.rl_defaults`:
-              the paper's maxk_offpolicy at tiny scale); the pipeline fills in model.path,
+              the default method maxk_offpolicy_exact_loo1_rms at tiny scale); the pipeline fills in model.path,
               data.problems and output_dir (`pipelines.config.rl_config`);
   eval        base and trained model on the first `num_problems` test problems, `n` samples each,
               the same sample keys (`seed`) for both.
@@ -36,25 +37,24 @@ from __future__ import annotations
 
 import ml_collections
 
-from maxk_jax.pipelines.config import default_config, testbed_config, toy_config
+from maxk_jax.pipelines.config import default_config, smoke_config, testbed_config, toy_config
 from maxk_jax.pipelines.config_dict import to_config_dict
 
 
 def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     """Defaults of the tiny pipeline (sizes chosen for <= 10 min on a 2-core CPU); with
-    ``--config=experiments/configs/tiny.py:toy`` the seconds-scale `get_toy_config`; with ``:testbed``
-    the Best-of-N testbed (`maxk_jax.pipelines.config.testbed_config`: large-k headroom, n = 256)."""
-    if variant == "toy":
-        return get_toy_config()
-    if variant == "testbed":
-        return to_config_dict(testbed_config())
-    if variant:
-        raise ValueError(f"unknown variant {variant!r} in --config=.../tiny.py:<variant>; valid: toy, testbed")
-    return to_config_dict(default_config())
+    ``--config=experiments/configs/tiny.py:toy`` the first run (`get_toy_config`: about a minute, the
+    model learns a little); ``:smoke`` the seconds-scale smoke test of every phase (the tests'; numbers
+    mean nothing); ``:testbed`` the Best-of-N testbed (`maxk_jax.pipelines.config.testbed_config`:
+    large-k headroom, n = 256)."""
+    variants = {"toy": toy_config, "smoke": smoke_config, "testbed": testbed_config}
+    if variant and variant not in variants:
+        raise ValueError(f"unknown variant {variant!r} in --config=.../tiny.py:<variant>; valid: "
+                         f"{', '.join(variants)}")
+    return to_config_dict(variants[variant]() if variant else default_config())
 
 
 def get_toy_config() -> ml_collections.ConfigDict:
-    """Seconds-scale smoke test of the same pipeline (tests): 16 train / 4 test problems, a 1-layer
-    32-wide model, 4 warm-up steps, 2 RL steps of 2 problems x 4 samples, n = 4 evaluation samples.
-    Numbers from it mean nothing; it only exercises every phase."""
+    """The first run (`maxk_jax.pipelines.config.toy_config`): easy problems, a small model warmed up
+    enough to write some working programs, a few RL steps; about a minute on a 2-core CPU."""
     return to_config_dict(toy_config())

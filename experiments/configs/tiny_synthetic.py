@@ -3,7 +3,7 @@
     python -m experiments.train --config=experiments/configs/tiny_synthetic.py \
         --config.model.path=TINY_CKPT_DIR --config.output_dir=runs/tiny
 
-Same algorithm as the paper's method (maxk_offpolicy, 3 PPO iterations); sizes and the learning
+The project's default method (maxk_offpolicy_exact_loo1_rms, 3 PPO iterations); sizes and the learning
 rate are scaled for a ~1M-parameter model: 8 problems x 8 samples per step, 64 new tokens,
 lr 1e-3, float32 math without remat, data-parallel over all (simulated) devices, periodic
 evaluation off by default (eval.* points at 32 synthetic test problems: set eval.interval).
@@ -17,8 +17,8 @@ from maxk_jax.fields import replace_fields
 
 
 def get_run_config() -> RunConfig:
-    """The tiny pipeline's RL run (`maxk_jax.pipelines.config.rl_defaults`: the paper's
-    maxk_offpolicy at tiny scale, the sizes written once there) as a stand-alone run: one epoch
+    """The tiny pipeline's RL run (`maxk_jax.pipelines.config.rl_defaults`: the default method
+    maxk_offpolicy_exact_loo1_rms at tiny scale, the sizes written once there) as a stand-alone run: one epoch
     over the synthetic train split, lr 1e-3, checkpoints every 10 steps, TensorBoard on."""
     return replace_fields(rl_defaults(), {
         "name": "tiny_synthetic", "max_steps": 0,

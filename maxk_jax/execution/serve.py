@@ -30,6 +30,7 @@ import time
 
 import uvicorn
 from absl import app, flags
+from maxk_jax import cli
 
 from maxk_jax import cli
 from maxk_jax.execution import seccomp
@@ -187,4 +188,4 @@ def main(argv: list) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main)

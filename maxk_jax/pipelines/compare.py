@@ -13,6 +13,7 @@ and ``base/``.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import shutil
@@ -323,14 +324,70 @@ def checkpoint_steps(rl_dir: str) -> list[int]:
                   if name.isdigit() and os.path.isdir(os.path.join(folder, name)))
 
 
+def check_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[int], *,
+                     method_table: Optional[MethodTable] = None, large_k: Optional[int] = None,
+                     reference: str = REFERENCE, overwrite: bool = False, finished_only: bool = False,
+                     resume: bool = False) -> tuple[list[str], int]:
+    """The checks `run_comparison` makes before any work (`cfg.name` = the comparison's name): the
+    task, the methods (`validate_methods`), large_k, and the comparison directory: with `resume` it
+    must hold a comparison (``compare_config.json``); one it holds must have the same settings unless
+    `overwrite`. Returns (methods, large_k); ValueError naming the problem."""
+    top = max_reported_k(cfg.eval.sampler.n)
+    large_k = top if large_k is None else large_k
+    if cfg.data.dataset != "synthetic" or cfg.model.path:
+        raise ValueError("compare_methods runs on the synthetic task from the tiny warmed-up model; "
+                         "unset data.dataset / model.path")
+    methods = validate_methods(methods, cfg, method_table, reference, trained=not finished_only)
+    if cfg.rl.eval.interval and large_k not in cfg.rl.eval_ks():
+        raise ValueError(f"the curves need max@{large_k} from the periodic evaluation: rl.eval.ks "
+                         f"{list(cfg.rl.eval_ks())} lacks it (rl.eval.sampler.n >= {2 * large_k})")
+    if isinstance(large_k, bool) or not isinstance(large_k, int) or not 1 <= large_k <= top:
+        raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.sampler.n/2={top}] (k <= n/2)")
+    out_dir = os.path.abspath(os.path.join(cfg.runs_dir, cfg.name))
+    settings_path = os.path.join(out_dir, "compare_config.json")
+    if resume and overwrite:
+        raise ValueError("--overwrite deletes the comparison that --resume would continue: give one")
+    if finished_only and not os.path.isfile(os.path.join(out_dir, "base", "summary.json")):
+        raise ValueError(f"{out_dir!r} has no base-model evaluation yet: nothing to aggregate")
+    if resume and not os.path.isfile(settings_path):
+        raise ValueError(f"--resume: {out_dir!r} holds no comparison (no compare_config.json); drop --resume to "
+                         "start one")
+    if os.path.isfile(settings_path) and not overwrite:
+        with open(settings_path, encoding="utf-8") as f:
+            old = json.load(f)
+        settings = comparison_settings(cfg, methods, seeds, large_k)
+        if _upgraded(old["config"]) != json.loads(json.dumps(settings["config"])):
+            raise ValueError(f"{out_dir!r} holds a comparison with different settings; pass --overwrite or "
+                             "another --name")
+    return methods, large_k
+
+
+def saved_runs(out_dir: str, how: str = "continue with the same command and --resume") -> str:
+    """What an interrupted comparison in `out_dir` has saved, for Ctrl-C's line: its evaluated
+    (method, seed) runs and the RL runs with checkpoints, then `how` to continue."""
+    if not os.path.isfile(os.path.join(out_dir, "compare_config.json")):
+        return "nothing of this comparison was saved (a finished base model stays cached under <runs_dir>/_cache)"
+    done, partial = [], []
+    for method in sorted(os.listdir(out_dir)):
+        for seed_dir in sorted(glob.glob(os.path.join(out_dir, method, "seed*"))):
+            run = f"{method}/{os.path.basename(seed_dir)}"
+            steps = checkpoint_steps(os.path.join(seed_dir, "rl"))
+            if os.path.isfile(os.path.join(seed_dir, "eval", "summary.json")):
+                done.append(run)
+            elif steps:
+                partial.append(f"{run} (step {steps[-1]})")
+    return (f"{out_dir}: {len(done)} finished run(s){' (' + ', '.join(done) + ')' if done else ''}, RL checkpoints "
+            f"of {', '.join(partial) if partial else 'no unfinished run'}; {how}")
+
+
 def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[int], *, name: str,
-                   method_table: MethodTable, large_k: Optional[int] = None, reference: str = REFERENCE,
+                   method_table: Optional[MethodTable] = None, large_k: Optional[int] = None, reference: str = REFERENCE,
                    overwrite: bool = False, progress: bool = True, executor: Optional[Executor] = None,
                    finished_only: bool = False) -> dict[str, Any]:
     """Train and evaluate every (method, seed) of the pipeline config `cfg` (synthetic data, tiny
     base model); write results.md / results.json / max_at_k.png / frontier.png under
     ``<cfg.runs_dir>/<name>`` (module docstring). method_table: the named methods
-    (`maxk_jax.pipelines.methods`); large_k: the table's large-k column (default and at most
+    (default: the registry's, `maxk_jax.rl.method.METHODS`); large_k: the table's large-k column (default and at most
     ``eval.sampler.n // 2``: k <= n/2 only); reference: the row of the Wilcoxon tests (a method, or
     "base"); with ``rl.eval.interval`` > 0 every run is also evaluated during training and
     curves.png / the results' "curves" show max@1 and max@large_k against the RL step; executor: the judge (default ``make_executor(cfg.executor)``, closed at the end);
@@ -346,27 +403,13 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
     cfg = dataclasses.replace(cfg, name=name)
     n = cfg.eval.sampler.n
     top = max_reported_k(n)
-    large_k = top if large_k is None else large_k
-    if cfg.data.dataset != "synthetic" or cfg.model.path:
-        raise ValueError("compare_methods runs on the synthetic task from the tiny warmed-up model; "
-                         "unset data.dataset / model.path")
-    methods = validate_methods(methods, cfg, method_table, reference, trained=not finished_only)
-    if cfg.rl.eval.interval and large_k not in cfg.rl.eval_ks():
-        raise ValueError(f"the curves need max@{large_k} from the periodic evaluation: rl.eval.ks "
-                         f"{list(cfg.rl.eval_ks())} lacks it (rl.eval.sampler.n >= {2 * large_k})")
-    if isinstance(large_k, bool) or not isinstance(large_k, int) or not 1 <= large_k <= top:
-        raise ValueError(f"large_k={large_k!r} must be an int in [1, eval.sampler.n/2={top}] (k <= n/2)")
+    methods, large_k = check_comparison(cfg, methods, seeds, method_table=method_table, large_k=large_k,
+                                        reference=reference, overwrite=overwrite, finished_only=finished_only)
     out_dir = os.path.abspath(os.path.join(cfg.runs_dir, name))
     settings = comparison_settings(cfg, methods, seeds, large_k)
     settings_path = os.path.join(out_dir, "compare_config.json")
     if os.path.isdir(out_dir) and overwrite:
         shutil.rmtree(out_dir)
-    if os.path.isfile(settings_path):
-        with open(settings_path, encoding="utf-8") as f:
-            old = json.load(f)
-        if _upgraded(old["config"]) != json.loads(json.dumps(settings["config"])):
-            raise ValueError(f"{out_dir!r} holds a comparison with different settings; pass --overwrite or "
-                             "another --name")
     os.makedirs(out_dir, exist_ok=True)
     write_json(settings_path, settings)
     cache_root = os.path.abspath(os.path.join(cfg.runs_dir, "_cache"))
@@ -388,8 +431,6 @@ def run_comparison(cfg: PipelineConfig, methods: Sequence[str], seeds: Sequence[
                 cfg, sampler.replace(params=params_fn()), problems, judge, directory, label, progress=progress,
                 ks=tuple(range(1, top + 1))))
 
-        if finished_only and not os.path.isfile(os.path.join(out_dir, "base", "summary.json")):
-            raise ValueError(f"{out_dir!r} has no base-model evaluation yet: nothing to aggregate")
         base = evaluated(os.path.join(out_dir, "base"), lambda: base_params, "base")
         runs: dict[str, dict[int, EvalResult]] = {m: {} for m in methods}
         stats: dict[str, dict[int, dict[str, float]]] = {m: {} for m in methods}

@@ -217,12 +217,12 @@ def default_config() -> PipelineConfig:
     return PipelineConfig()
 
 
-def toy_config() -> PipelineConfig:
+def smoke_config() -> PipelineConfig:
     """Seconds-scale smoke test of the same pipeline (tests): 16 train / 4 test problems, a 1-layer
     32-wide model, 4 warm-up steps, 2 RL steps of 2 problems x 4 samples, n = 4 evaluation samples.
-    Numbers from it mean nothing; it only exercises every phase."""
+    Numbers from it mean nothing (the model emits no working program); it only exercises every phase."""
     return replace_fields(default_config(), {
-        "name": "toy",
+        "name": "smoke",
         "synthetic": dataclasses.replace(default_config().synthetic, num_train=16, num_test=4),
         "tokenizer.vocab_size": 300, "tokenizer.corpus_problems": 16,
         "model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 2, "model.num_kv_heads": 1,
@@ -235,6 +235,27 @@ def toy_config() -> PipelineConfig:
         "eval.sampler.n": 4, "eval.sampler.max_new_tokens": 16, "eval.num_problems": 2, "eval.batch_size": 8})
 
 
+def toy_config() -> PipelineConfig:
+    """The first run (about a minute on a 2-core CPU): the smallest setting in which the warmed-up
+    model writes some working programs, so RL has rewards to learn from -- easy problems (one
+    operation, scalar input), a 2-layer 64-wide model warmed up for 300 steps (`TOY_WARMUP`), the
+    smoke test's 2 RL steps with room for whole programs (48 new tokens), and a paired evaluation of
+    8 test problems x n = 16. Its numbers are noisy (a handful of problems and samples); the main job
+    (`default_config`) is the measurement."""
+    s = smoke_config()
+    return replace_fields(s, {
+        "name": "toy",
+        "synthetic": dataclasses.replace(s.synthetic, **TOY_PROBLEMS),
+        "tokenizer.corpus_problems": TOY_PROBLEMS["num_train"],
+        "model.hidden_size": 64, "model.num_layers": 2, "model.intermediate_size": 128,
+        "warmup.config": dataclasses.replace(s.warmup.config, **TOY_WARMUP),
+        "warmup.per_problem": 4,
+        "rl.rollout.sampler.max_new_tokens": 48,
+        "eval.sampler.n": 16, "eval.sampler.max_new_tokens": 48, "eval.num_problems": 8})
+
+
+TOY_PROBLEMS = {"num_train": 80, "num_test": 8, "min_ops": 1, "max_ops": 1, "list_fraction": 0.0}
+TOY_WARMUP = {"steps": 300, "batch_size": 16}
 TESTBED_TEMPERATURE = 1.4
 
 

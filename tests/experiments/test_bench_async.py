@@ -24,7 +24,7 @@ def test_summary_medians_and_speedup_against_synchronous():
 
 @pytest.mark.slow
 def test_bench_async_toy(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "experiments.bench_async", "--config=experiments/configs/tiny.py:toy",
+    res = subprocess.run([sys.executable, "-m", "experiments.bench_async", "--config=experiments/configs/tiny.py:smoke",
                           "--progress=false", "--staleness=0,1", "--steps=3", "--skip=1", "--rounds=1",
                           "--rollout_devices=4",   # 8 simulated devices (tests/conftest.py): 4 + 4 for s = 1
                           f"--config.runs_dir={tmp_path}", f"--results_dir={tmp_path / 'bench'}"],
@@ -42,7 +42,7 @@ def test_bench_async_toy(tmp_path):
 
 
 def test_staleness_without_the_baseline_is_refused(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "experiments.bench_async", "--config=experiments/configs/tiny.py:toy",
+    res = subprocess.run([sys.executable, "-m", "experiments.bench_async", "--config=experiments/configs/tiny.py:smoke",
                           "--staleness=1,2", f"--config.runs_dir={tmp_path}"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 2 and "must hold 0" in res.stderr and not os.listdir(tmp_path), res.stderr[-2000:]

@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "experiments.calibrate_testbed",
-                           "--config=experiments/configs/tiny.py:toy", "--progress=false", *args],
+                           "--config=experiments/configs/tiny.py:smoke", "--progress=false", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 

@@ -25,7 +25,7 @@ def test_every_method_config_validates():
         assert (step.estimator, step.kind) == (method.estimator, registry if method.loss_kind == "auto"
                                                else method.loss_kind), name
         assert method.loss_kind in ("auto", "is_weighted") and method.loss_kind != registry, name
-    with pytest.raises(ValueError, match="unknown method 'nope'"):
+    with pytest.raises(ValueError, match="method 'nope' is unknown; valid methods: grpo, "):
         base.get_config("nope")
     paper = base.get_config()
     assert (paper.rollout.sampler.n, paper.rollout.sampler.temperature, paper.rollout.sampler.top_p,
@@ -57,10 +57,12 @@ def test_config_files_round_trip_through_the_typed_config():
 
 
 def test_tiny_pipeline_config_file_serves_the_typed_defaults_and_the_toy_variant():
-    from maxk_jax.pipelines import default_config, toy_config
+    from maxk_jax.pipelines import default_config, smoke_config, testbed_config, toy_config
 
     assert pipeline_from_config_dict(tiny.get_config()) == default_config()
     assert pipeline_from_config_dict(tiny.get_config("toy")) == toy_config()
+    assert pipeline_from_config_dict(tiny.get_config("smoke")) == smoke_config()
+    assert pipeline_from_config_dict(tiny.get_config("testbed")) == testbed_config()
     with pytest.raises(ValueError, match="unknown variant 'big'"):
         tiny.get_config("big")
     # the stand-alone tiny run is the pipeline's RL run with its own deviations (sizes written once)

@@ -156,20 +156,20 @@ def test_evaluates_the_pipelines_own_checkpoint_as_the_pipeline_does(tmp_path):
     from maxk_jax.data import load_problems
     from maxk_jax.eval.run import problem_sample_keys
     from maxk_jax.models.tokenizer import load_tokenizer
-    from maxk_jax.pipelines.config import toy_config
+    from maxk_jax.pipelines.config import smoke_config
     from maxk_jax.eval.run import SamplerCompletionSource
     from maxk_jax.pipelines.evaluation import eval_sampler, load_trained
 
     runs = tmp_path / "runs"
-    res = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:toy",
+    res = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:smoke",
                           f"--runs_dir={runs}", "--name=toy", "--noprogress"], cwd=ROOT, capture_output=True,
                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
     assert res.returncode == 0, res.stderr[-3000:]
-    cfg = toy_config()
+    cfg = smoke_config()
     ev = cfg.eval
     (test_file,) = glob.glob(str(runs / "_cache" / "data-*" / "test.jsonl"))
     (model_dir,) = glob.glob(str(runs / "_cache" / "base-*"))
-    common = (f"--checkpoint={runs / 'toy' / 'rl' / 'checkpoints'}", f"--problems={test_file}",
+    common = (f"--checkpoint={runs / 'smoke' / 'rl' / 'checkpoints'}", f"--problems={test_file}",
               f"--limit={ev.num_problems}", f"--n={ev.sampler.n}", f"--max_new_tokens={ev.sampler.max_new_tokens}",
               f"--temperature={ev.sampler.temperature}", f"--seed={ev.seed}", "--noprogress", "--keep_completions")
     res = _run(*common, f"--out_dir={tmp_path / 'auto'}")

@@ -100,7 +100,7 @@ def test_a_pipeline_run_with_a_reward_exports_and_loads_in_transformers(tmp_path
     ckpt = tiny.build_tiny_checkpoint(tmp_path / "ckpt", sol.tokenizer_corpus(train, np.random.default_rng(0)), seed=0,
                                       hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
                                       max_position_embeddings=1024)
-    out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:toy",
+    out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:smoke",
                           f"--model_path={ckpt}", "--dataset=arithmetic", "--name=arith", f"--runs_dir={tmp_path / 'runs'}",
                           "--reward=maxk_jax.data.arithmetic:closeness_reward", "--noprogress"],
                          cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": ROOT})

@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _run(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "experiments.staleness_grid", "--config=experiments/configs/tiny.py:toy",
+    return subprocess.run([sys.executable, "-m", "experiments.staleness_grid", "--config=experiments/configs/tiny.py:smoke",
                            "--progress=false", f"--config.runs_dir={tmp_path}", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200)
 
@@ -49,3 +49,18 @@ def test_an_unknown_reference_row_is_refused_before_work(tmp_path):
     res = _run(tmp_path, "--staleness=0,1", "--reference_row=grpo/tis/s1")    # no GRPO in the default family
     assert res.returncode == 2 and "--reference_row='grpo/tis/s1' is not a row" in res.stderr \
         and not os.listdir(tmp_path), res.stderr[-2000:]
+
+
+def test_methods_flag_restricts_the_cells():
+    from experiments.staleness_grid import only_methods
+    from maxk_jax.pipelines.staleness_grid import grid_cells
+
+    cells = grid_cells([0, 1], "g", ["loo1_rms"])
+    assert only_methods(cells, []) == cells
+    kept = only_methods(cells, ["maxk_offpolicy_exact_loo1_rms"])
+    assert [(c.name, c.methods) for c in kept] == [("g_s0", ("maxk_offpolicy_exact_loo1_rms",)),
+                                                   ("g_s1_behaviour", ("maxk_offpolicy_exact_loo1_rms",))]
+    with pytest.raises(ValueError, match="method 'nope' is unknown; valid methods: grpo, "):
+        only_methods(cells, ["nope"])
+    with pytest.raises(ValueError, match="--methods: 'grpo' is not a method of this grid"):
+        only_methods(cells, ["grpo"])

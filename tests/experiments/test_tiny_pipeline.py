@@ -37,7 +37,7 @@ def test_unknown_config_field_names_it_and_the_valid_ones():
 @pytest.mark.slow
 def test_real_checkpoint_and_mbpp_route_from_the_command_line(tmp_path, mbpp_route):  # noqa: F811
     data, ckpt = mbpp_route
-    toy = tiny_config.get_toy_config()
+    toy = tiny_config.get_config("smoke")
     overrides = {"rl.max_steps": toy.rl.max_steps, "rl.rollout.prompts": toy.rl.rollout.prompts,
                  "rl.rollout.sampler.n": toy.rl.rollout.sampler.n,
                  "rl.rollout.sampler.max_new_tokens": toy.rl.rollout.sampler.max_new_tokens,
@@ -58,7 +58,11 @@ def test_real_checkpoint_and_mbpp_route_from_the_command_line(tmp_path, mbpp_rou
 @pytest.mark.parametrize("args, message", [
     (["--model_path={d}/absent"], "model directory '{d}/absent' does not exist"),
     (["--runs_dir={d}/file/runs"], "runs directory (--runs_dir) '{d}/file/runs' cannot be created"),
-    (["--name=exists"], "run directory '{d}/exists' exists; pass --overwrite or another --name"),
+    (["--name=exists"], "run directory '{d}/exists' exists; pass --resume to continue it, --overwrite to start over, "
+                        "or another --name"),
+    (["--name=exists", "--resume"], "--resume: '{d}/exists' holds no tiny pipeline run (no pipeline_config.json)"),
+    (["--method=grpo", "--estimator=rloo"], "--method=grpo and --estimator=rloo both choose the RL method: give one"),
+    (["--method=nope"], "method 'nope' is unknown; valid methods: grpo, "),
     (["--config.executor=http://127.0.0.1:1"], "executor 'http://127.0.0.1:1' is unreachable"),
     (["--reward=nope_mod_xyz:f"], "--reward 'nope_mod_xyz:f': module 'nope_mod_xyz' cannot be imported"),
     (["--reward=maxk_jax.data.arithmetic"], "--reward 'maxk_jax.data.arithmetic' must be 'module:function'"),
@@ -68,7 +72,7 @@ def test_real_checkpoint_and_mbpp_route_from_the_command_line(tmp_path, mbpp_rou
 def test_bad_inputs_fail_in_one_line_before_any_phase(tmp_path, args, message):
     (tmp_path / "file").write_text("")
     (tmp_path / "exists").mkdir()
-    out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:toy",
+    out = subprocess.run([sys.executable, "-m", "experiments.tiny_pipeline", "--config=experiments/configs/tiny.py:smoke",
                           f"--runs_dir={tmp_path}", *(a.format(d=tmp_path) for a in args)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]

@@ -14,7 +14,7 @@ from maxk_jax.data import Problem, StdioCase, StdioTests, save_problems
 from tests.cpu_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FLAGS = ("config", "resume", "progress", "validate_only", "reward")
+FLAGS = ("config", "method", "resume", "progress", "validate_only", "reward")
 
 
 def train(*args, timeout=240):
@@ -51,7 +51,27 @@ def test_validate_only_good_config_with_overrides():
     assert json.loads(out.stdout)["loss_kind"] == "is_weighted"       # the §3.3 derivation's form
     out = train("--config=experiments/configs/base.py:nope", "--config.model.path=/m",
                 "--config.output_dir=/o", "--validate_only")
-    assert out.returncode == 2 and "unknown method 'nope'" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert out.returncode == 2 and "method 'nope' is unknown" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_method_flag_picks_a_registry_method():
+    """--method=<name> trains that method (the run named after it); the config's own method otherwise;
+    the same one-line error as every entry point for an unknown name or a clashing --config override."""
+    out = train("--method=grpo_lowlr", "--config.model.path=/m", "--config.output_dir=/o", "--validate_only")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert (report["config"]["name"], report["config"]["algo"]["estimator"], report["loss_kind"]) == (
+        "grpo_lowlr", "grpo", "clipped")
+    assert report["config"]["optim"]["learning_rate"] == 2.5e-6     # half the config's 5e-6
+    out = train("--config.model.path=/m", "--config.output_dir=/o", "--validate_only")
+    config = json.loads(out.stdout)["config"]
+    assert (config["name"], config["algo"]["estimator"]) == ("maxk_offpolicy_exact_loo1_rms", "maxk_offpolicy_exact")
+    for args, message in ((["--method=nope"], "train: error: method 'nope' is unknown; valid methods: grpo, "),
+                          (["--method=grpo", "--config.algo.loss.kind=is_weighted"],
+                           "train: error: --method=grpo sets --config.algo.loss.kind too: give one")):
+        out = train(*args, "--config.model.path=/m", "--config.output_dir=/o", "--validate_only")
+        assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+        assert out.stderr.startswith(message), out.stderr
 
 
 def test_validate_only_typed_overrides():
@@ -156,6 +176,16 @@ def test_existing_and_corrupt_checkpoints(inputs, tiny_ckpt, tmp_path):
     assert sorted(os.listdir(out_dir)) == ["checkpoints"]
 
 
+def test_resume_without_checkpoints_says_so(inputs, tiny_ckpt, tmp_path):
+    out_dir = tmp_path / "run"
+    (out_dir / "checkpoints").mkdir(parents=True)   # the directory of a run stopped before its first save
+    out = train(*_tiny_run(inputs, tiny_ckpt, out_dir), "--resume", timeout=120)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
+    assert out.stderr.startswith(f"train: error: --resume: '{out_dir}/checkpoints' holds no checkpoint to resume "
+                                 "from; drop --resume to start the run"), out.stderr
+    assert sorted(os.listdir(out_dir)) == ["checkpoints"]
+
+
 @pytest.mark.slow
 def test_one_step_console_is_quiet(inputs, tiny_ckpt, tmp_path):
     """A real (one-step) run: the console holds the start line, the metrics table and the path of
@@ -166,7 +196,8 @@ def test_one_step_console_is_quiet(inputs, tiny_ckpt, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr == "", out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("training 'tiny_synthetic' -> ") and lines[-1].endswith("metrics.jsonl")
+    assert lines[0].startswith("training 'tiny_synthetic' (method maxk_offpolicy_exact_loo1_rms) -> ")
+    assert lines[-1].endswith("metrics.jsonl")
     assert "| reward/mean |" in out.stdout and len(lines) < 20 and "{" not in out.stdout
     for root, _, files in os.walk(tmp_path / "run" / "checkpoints" / "1" / "state" / "ocdbt.process_0"):
         for name in files:   # damage the array data (the metadata stays intact)

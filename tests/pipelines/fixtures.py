@@ -80,7 +80,7 @@ def check_mbpp_run(run: pathlib.Path, ckpt: str, n: int) -> None:
         assert all(s == "ok" for r in rows for s in r["statuses"])
         assert [set(r["total"]) for r in rows] == [{3}, {2}]
     comparison = json.loads((run / "comparison.json").read_text())
-    assert comparison["num_problems"] == 2 and set(comparison["means"]) == {"base", "trained (grpo)"}
+    assert comparison["num_problems"] == 2 and set(comparison["means"]) == {"base", "grpo"}
     metrics = [json.loads(line) for line in (run / "rl/metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     rl = json.loads((run / "rl/config.json").read_text())

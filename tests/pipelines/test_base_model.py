@@ -1,6 +1,6 @@
 """maxk_jax.pipelines.base_model: the base-model cache key covers exactly the settings that change
 the base model; the synthetic split is cached by its settings."""
-from maxk_jax.pipelines import default_config, shortcut_overrides, toy_config
+from maxk_jax.pipelines import default_config, shortcut_overrides, smoke_config
 from maxk_jax.pipelines import base_key, prepare_data, section_dict, settings_hash
 from maxk_jax.fields import replace_fields
 
@@ -19,7 +19,7 @@ def test_base_key_changes_with_every_section():
 
 
 def test_synthetic_split_is_cached_by_its_settings(tmp_path):
-    cfg = toy_config()
+    cfg = smoke_config()
     assert settings_hash({"a": 1, "b": 2}) == settings_hash({"b": 2, "a": 1}) != settings_hash({"a": 1})
     train_path, train, test = prepare_data(cfg, str(tmp_path))
     assert (len(train), len(test)) == (cfg.synthetic.num_train, cfg.synthetic.num_test)

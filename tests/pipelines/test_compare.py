@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from maxk_jax.pipelines import default_config, toy_config
+from maxk_jax.pipelines import default_config, smoke_config
 from maxk_jax.pipelines import aggregate, results_markdown, run_comparison, training_stats
 from maxk_jax.fields import replace_fields
 from tests.pipelines.fixtures import eval_result, method_table
@@ -87,7 +87,7 @@ def test_large_k_and_dataset_validation(tmp_path):
 
 @pytest.mark.slow
 def test_toy_comparison_writes_table_and_plot(tmp_path):
-    cfg = toy_config()   # + the in-loop evaluation of the final one's sampler and key after step 1
+    cfg = smoke_config()   # + the in-loop evaluation of the final one's sampler and key after step 1
     cfg = replace_fields(cfg, {"runs_dir": str(tmp_path), "rl.eval.interval": 1, "rl.eval.dataset": "synthetic",
                                "rl.eval.limit": 1, "rl.eval.sampler": cfg.eval.sampler, "rl.eval.seed": cfg.eval.seed,
                                "rl.eval.batch_size": cfg.eval.batch_size})
@@ -123,7 +123,7 @@ def test_toy_comparison_writes_table_and_plot(tmp_path):
 
 @pytest.mark.slow
 def test_an_interrupted_run_continues_from_its_last_checkpoint(tmp_path):
-    cfg = replace_fields(toy_config(), {"runs_dir": str(tmp_path), "rl.checkpoint.interval": 1,
+    cfg = replace_fields(smoke_config(), {"runs_dir": str(tmp_path), "rl.checkpoint.interval": 1,
                                         "rl.checkpoint.keep": 2})
     run = lambda: run_comparison(cfg, ["grpo"], [0], name="cmp", large_k=2, progress=False,  # noqa: E731
                                  method_table=METHODS, reference="base")
@@ -138,6 +138,10 @@ def test_an_interrupted_run_continues_from_its_last_checkpoint(tmp_path):
     assert checkpoint_steps(str(rl_dir)) == [1, 2]
     shutil.rmtree(rl_dir / "checkpoints" / "2")     # as if killed after step 1's checkpoint
     shutil.rmtree(rl_dir.parent / "eval")
+    from maxk_jax.pipelines.compare import saved_runs
+
+    assert saved_runs(str(tmp_path / "cmp")) == (f"{tmp_path / 'cmp'}: 0 finished run(s), RL checkpoints of "
+                                                 "grpo/seed0 (step 1); continue with the same command and --resume")
     again = run()
     assert [k for k in again["timings"] if k.startswith("rl")] == ["rl grpo seed 0 (resumed at step 1)"]
     assert (rl_dir.parent / "eval" / "per_problem.jsonl").read_text() == first_rewards
@@ -279,9 +283,9 @@ def test_the_final_evaluation_extends_the_curves_only_when_it_samples_the_same_k
 def test_reference_validation():
     from maxk_jax.pipelines import validate_methods
 
-    cfg = toy_config()
+    cfg = smoke_config()
     assert validate_methods(["grpo_binary"], cfg, METHODS, "base") == ["grpo_binary"]
-    with pytest.raises(ValueError, match="must include 'maxk_offpolicy'"):
+    with pytest.raises(ValueError, match="--reference='maxk_offpolicy' must be one of --methods"):
         validate_methods(["grpo", "grpo_binary"], cfg, METHODS)
     with pytest.raises(ValueError, match="at least two distinct"):
         validate_methods(["grpo"], cfg, METHODS, "grpo")

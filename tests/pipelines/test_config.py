@@ -10,7 +10,7 @@ from ml_collections import config_flags
 
 from maxk_jax.pipelines import (PipelineConfig, PipelineData, PipelineEval, TinyModelSettings, TokenizerSettings,
                                 WarmupPhase, apply_overrides, default_config, from_config_dict, rl_config,
-                                shortcut_overrides, to_config_dict, toy_config, uses_judge_cache, validate_config)
+                                shortcut_overrides, to_config_dict, smoke_config, uses_judge_cache, validate_config)
 from maxk_jax.fields import replace_fields
 
 
@@ -93,8 +93,8 @@ def test_sections_are_frozen_keyword_only_and_validated_on_construction():
 
 
 def test_config_dict_round_trip_and_errors():
-    for cfg in (default_config(), toy_config(),
-                replace_fields(toy_config(), {"data.options": (("seed", 3),), "warmup.config.logprob_chunk": 64,
+    for cfg in (default_config(), smoke_config(),
+                replace_fields(smoke_config(), {"data.options": (("seed", 3),), "warmup.config.logprob_chunk": 64,
                                               "rl.algo.estimator_options": (("clamp_delta", 0.5),)})):
         tree = to_config_dict(cfg)
         assert from_config_dict(tree) == cfg

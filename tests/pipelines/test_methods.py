@@ -60,18 +60,21 @@ def test_methods_set_estimator_loss_form_options_and_overrides():
 def test_the_method_table_is_the_callers():
     table = {"maxk_offpolicy": Method("maxk_offpolicy", {"clamp_delta": 0.5}, "clipped")}
     assert method_spec("maxk_offpolicy", table) == ("maxk_offpolicy", "clipped", {"clamp_delta": 0.5}, {})
-    with pytest.raises(ValueError, match="variant of 'grpo', which the method table lacks"):
-        method_spec("grpo_lowlr", table)
+    with pytest.raises(ValueError, match="variant of 'maxk_offpolicy_is', which the method table lacks"):
+        method_spec("maxk_offpolicy_loo1_is", table)
+    # every estimator is a method of its own name (its defaults), so its variants resolve too
+    assert method_spec("grpo", table) == ("grpo", "auto", {}, {})
+    assert method_spec("grpo_binary", table) == ("grpo", "auto", {}, {"rollout.reward": "binary"})
     spec = method_spec("maxk_offpolicy", table)
     spec[2]["clamp_delta"] = 9.0                     # the returned options are a copy
     assert table["maxk_offpolicy"].options == {"clamp_delta": 0.5}
 
 
 @pytest.mark.parametrize("methods,match", [
-    (["grpo", "bon_mean"], "must include 'maxk_offpolicy'"),
+    (["grpo", "bon_mean"], "--reference='maxk_offpolicy' must be one of --methods"),
     (["maxk_offpolicy"], "at least two"),
     (["maxk_offpolicy", "grpo", "grpo"], "distinct"),
-    (["maxk_offpolicy", "nope"], "estimator='nope' is unknown"),
+    (["maxk_offpolicy", "nope"], "method 'nope' is unknown; valid methods: grpo, "),
 ])
 def test_method_validation(methods, match):
     with pytest.raises(ValueError, match=match):
@@ -89,5 +92,5 @@ def test_finished_runs_of_a_refused_setting_validate_by_name_only():
     assert validate_methods(methods, cfg, METHODS, "base", trained=False) == methods
     with pytest.raises(ValueError, match="needs algo.loss.kind='is_weighted'"):
         validate_methods(methods, cfg, METHODS, "base")
-    with pytest.raises(ValueError, match="estimator='nope' is unknown"):
+    with pytest.raises(ValueError, match="method 'nope' is unknown"):
         validate_methods(["nope"], cfg, METHODS, "base", trained=False)
