@@ -59,7 +59,7 @@ stamp=".venv/.installed-$("$VPY" -c 'import hashlib, sys
 h = hashlib.sha1(sys.argv[1].encode())
 for f in ("setup.cfg", "requirements.txt"):
     h.update(open(f, "rb").read())
-print(h.hexdigest()[:12])' "$ver $mode ${TORCH_INDEX-default}")"
+print(h.hexdigest()[:12])' "$ver $mode")"
 [ -f "$stamp" ] && exit 0
 
 "$VPY" -m pip install -q --upgrade pip
