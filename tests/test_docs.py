@@ -86,3 +86,13 @@ def test_the_results_index_lists_every_file_of_docs_results():
     assert len(files) >= 15, files
     missing = [p.name for p in files if p.resolve() not in linked]
     assert not missing, f"docs/results/README.md does not list: {missing}"
+
+
+def test_the_layout_page_names_every_module_entry_point_and_notebook():
+    """docs/usage/layout.md names each module of maxk_jax/, each entry point under experiments/ and each notebook."""
+    text = (ROOT / "docs" / "usage" / "layout.md").read_text()
+    names = sorted({p.stem for folder in ("maxk_jax", "experiments") for p in (ROOT / folder).rglob("*.py")
+                    if p.stem != "__init__"} | {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")})
+    assert len(names) >= 120, names
+    missing = [name for name in names if not re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text)]
+    assert not missing, f"docs/usage/layout.md does not name: {missing}"
