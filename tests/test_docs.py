@@ -96,3 +96,16 @@ def test_the_layout_page_names_every_module_entry_point_and_notebook():
     assert len(names) >= 120, names
     missing = [name for name in names if not re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text)]
     assert not missing, f"docs/usage/layout.md does not name: {missing}"
+
+
+def test_the_readme_library_quickstart_runs():
+    """The README's python block runs as written (the quickstart a user copies first)."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert blocks, "README.md has no python block"
+    for block in blocks:
+        scope: dict = {}
+        exec(compile(block, "README.md", "exec"), scope)
+        if "fn" in scope:
+            rewards = scope["rewards"]
+            out = scope["fn"](rewards, k=4, log_ratio=0 * rewards)
+            assert out.shape == rewards.shape and float(abs(out).sum()) > 0
