@@ -12,9 +12,9 @@ What each estimator of `maxk_jax.estimators` computes, checked against brute for
 k-subsets on small examples; the weights $w_{ij}$ of the max@k transforms; and how max@k grows
 with $k$ for a few reward distributions. Runs on CPU in well under a minute.
 
-**Colab:** clone this repository (`!git clone <repository URL>` then `%cd maxk-jax`) and run all
-cells; the first cell installs the package from the checkout when it is not importable yet.
-Locally (`./setup.sh`) it installs nothing.
+**Colab:** set `REPO_URL` at the top of the first code cell to the repository's address and run all cells:
+that cell clones the repository (unless the notebook already runs inside a checkout) and pip-installs the
+checkout. Locally (`./setup.sh`) it installs nothing.
 """)
 
 NB.colab_install()

