@@ -65,6 +65,7 @@ from experiments.bench_accelerator_report import write
 from experiments.bench_decode import (DEFAULT_CASES, attention_variant, case_text, ceilings, decode_case,  # noqa: F401
                                       fused_draw, parse_case, smoke_config, variant_config)
 from experiments.bench_torch import median_time as _median_time
+from experiments.bench_torch import train_batch
 
 FLAGS = flags.FLAGS
 PARTS = ("ceilings", "decode", "hf_generate", "train", "torch_train")
@@ -103,21 +104,6 @@ def define_flags() -> None:
 
 
 TRAIN_PRESET = "qwen2.5-coder-1.5b"
-
-
-def train_batch(rng: np.random.Generator, b: int, n: int, sp: int, t: int, vocab: int) -> dict[str, np.ndarray]:
-    """A random rollout batch: left-padded prompts (lengths sp/2..sp, shared by a group of n),
-    completions of t/2..t tokens, rewards in {0, 1}, behaviour log-probs in [-3, -0.05]."""
-    prompt_lens = np.repeat(rng.integers(sp // 2, sp + 1, size=b // n), n)
-    comp_lens = rng.integers(t // 2, t + 1, size=b)
-    attn = np.zeros((b, sp + t), bool)
-    for i in range(b):
-        attn[i, sp - prompt_lens[i]:sp] = True
-        attn[i, sp:sp + comp_lens[i]] = True
-    comp = attn[:, sp:]
-    return {"tokens": rng.integers(4, vocab, size=(b, sp + t)).astype(np.int32), "attention_mask": attn,
-            "completion_mask": comp, "rewards": rng.integers(0, 2, size=b).astype(np.float32),
-            "old_logp": np.where(comp, rng.uniform(-3.0, -0.05, comp.shape), 0.0).astype(np.float32)}
 
 
 def model_flops(config: Any, b: int, s: int, t: int) -> float:

@@ -74,7 +74,6 @@ def _peer(settings: Any) -> dict[str, Any] | None:
     import numpy as np
 
     from experiments import bench_torch
-    from experiments.bench_accelerator import train_batch
     from maxk_jax.rl import bench
     problems = bench.bench_problems(settings)
     config, tokenizer = bench.bench_model(settings, problems)
@@ -84,7 +83,7 @@ def _peer(settings: Any) -> dict[str, Any] | None:
     tp = prompt_length_bucket(max(len(p) for p in prompts), cfg.rollout.min_prompt_bucket)
     case = bench.peer_case(settings, tp)
     gen = bench_torch.hf_generate(config, case, settings.seed)
-    data = train_batch(np.random.default_rng(settings.seed), settings.prompts * settings.n, settings.n, tp,
+    data = bench_torch.train_batch(np.random.default_rng(settings.seed), settings.prompts * settings.n, settings.n, tp,
                        settings.max_new_tokens, config.vocab_size)
     train = bench_torch.torch_train(config, data, settings.n, settings.micro_batches, 2)
     return {"what": f"transformers generate + {settings.ppo_iterations} x the bench_torch train step, "

@@ -46,7 +46,7 @@ from ml_collections import config_flags
 from maxk_jax import cli, config_overrides
 from maxk_jax.pipelines import apply_method, from_config_dict, run_pipeline, shortcut_overrides
 from maxk_jax.pipelines.tiny import check_run_dir, resume_note, run_dir_of
-from maxk_jax.rl.method import method_label
+from maxk_jax.rl.method import define_method_flag, method_flag, method_label
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")
 
@@ -62,7 +62,7 @@ def define_flags() -> None:
     flags.DEFINE_string("name", None, "Run name: the report goes to <runs_dir>/<name> (default: config.name).")
     flags.DEFINE_string("runs_dir", None, "Directory of run directories and of the base-model cache "
                         "(default: config.runs_dir).")
-    cli.define_method_flag()
+    define_method_flag()
     flags.DEFINE_string("estimator", None, "Low-level knob: train this registry estimator "
                         "(maxk_jax.estimators.list_estimators()) with its defaults; --method is the usual way "
                         "(every estimator is also a method of its own name). Not together with --method.")
@@ -96,7 +96,7 @@ def main(argv: Sequence[str]) -> None:
                 raise ValueError(f"--reward={FLAGS.reward!r} and --config.executor={FLAGS.config.executor!r} both "
                                  "choose the judge; give one")
             FLAGS.config.executor = reward_executor_spec(FLAGS.reward, what="--reward")
-        method = cli.method_flag("rl.")
+        method = method_flag("rl.")
         if method is not None and FLAGS.estimator is not None:
             raise ValueError(f"--method={method} and --estimator={FLAGS.estimator} both choose the RL method: give one")
         cfg = from_config_dict(FLAGS.config, shortcut_overrides(

@@ -32,6 +32,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from maxk_jax import cli, config_overrides
+from maxk_jax.rl.method import define_method_flag, method_flag
 
 FLAGS = flags.FLAGS
 _DEFAULT_CONFIG = "experiments/configs/base.py"
@@ -41,7 +42,7 @@ with config_overrides.explained_errors("config", _DEFAULT_CONFIG):  # unknown --
         "Path to an ml_collections config file, optionally with a method: "
         "experiments/configs/base.py:<method> (a --method name); override fields "
         "with --config.<field>=<value>, e.g. --config.algo.k=2.", lock_config=True)
-cli.define_method_flag()
+define_method_flag()
 flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in "
                   "<output_dir>/checkpoints (same data order and PRNG state; refused when there is none); "
                   "without it an output_dir that already holds checkpoints is refused.")
@@ -71,7 +72,7 @@ def main(argv: list[str]) -> None:
                 raise ValueError(f"--reward={FLAGS.reward!r} and --config.rollout.executor={FLAGS.config.rollout.executor!r} both "
                                  "choose the judge; give one")
             FLAGS.config.rollout.executor = reward_executor_spec(FLAGS.reward, what="--reward")
-        method = cli.method_flag()
+        method = method_flag()
         cfg = from_config_dict(FLAGS.config)   # the one conversion: ml_collections tree -> typed RunConfig
         if method is not None:
             cfg = apply_method(cfg, method)

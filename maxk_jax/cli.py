@@ -24,7 +24,7 @@
         cli.run_main(main)               # instead of absl.app.run(main)
 
 Every entry point under experiments/ (and ``maxk_jax.execution.serve``) is written this way; one that
-trains takes ``--method`` from `define_method_flag` (the names of `maxk_jax.rl.method`).
+trains takes ``--method`` from `maxk_jax.rl.method.define_method_flag` (the registry's names).
 """
 from __future__ import annotations
 
@@ -223,20 +223,6 @@ def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None) ->
         sys.exit(130)
 
 
-def define_method_flag() -> None:
-    """``--method`` (once per process): the RL method by its registry name (`maxk_jax.rl.method`; the
-    same names, default and error of every entry point that trains). Its value: None = the config's
-    method; check it with `maxk_jax.rl.method.check_method` (one line naming the valid ones)."""
-    from maxk_jax.rl.method import DEFAULT_METHOD, method_names
-
-    if "method" not in flags.FLAGS:
-        flags.DEFINE_string(
-            "method", None, "RL method: estimator + options + loss form, by its name in the registry "
-            f"maxk_jax.rl.method (default: the config's method, {DEFAULT_METHOD} in every shipped config: "
-            "unbiased off-policy max@k, docs/usage/estimators.md). Valid: " + ", ".join(method_names()) + ".",
-            module_name=sys.argv[0])   # listed by --help with the program's own flags
-
-
 def parse_seeds(values: Sequence[str]) -> list[int]:
     """Seeds from the flag list: distinct ints >= 0 (ValueError naming the bad entry)."""
     seeds = []
@@ -251,24 +237,3 @@ def parse_seeds(values: Sequence[str]) -> list[int]:
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds must be a non-empty list of distinct ints, got {list(values)}")
     return seeds
-
-
-def method_flag(prefix: str = "", argv: Sequence[str] | None = None) -> str | None:
-    """The ``--method`` given (None when not given), checked: a registry name (ValueError naming the
-    valid ones) that no ``--config.<prefix><field>`` override of the same fields contradicts
-    (ValueError: the method sets the estimator, its options, the loss form and its own overrides).
-    `prefix`: where the RunConfig sits in the --config tree ("rl." in the pipeline config)."""
-    from maxk_jax.rl.method import check_method, method_spec
-
-    name = flags.FLAGS.method
-    if name is None:
-        return None
-    check_method(name)
-    touched = {"algo.estimator", "algo.estimator_options", "algo.loss.kind", *method_spec(name)[3]}
-    given = [a[2:].split("=", 1)[0] for a in (sys.argv if argv is None else argv)[1:] if a.startswith("--config.")]
-    clash = [g for g in given if g[len("config."):].removeprefix(prefix) in touched]
-    if clash:
-        raise ValueError(f"--method={name} sets {', '.join('--' + c for c in clash)} too: give one of them (a "
-                         "method's settings with other estimator options: --config.<...>.algo.* without --method)")
-    return name
-

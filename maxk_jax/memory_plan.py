@@ -28,6 +28,7 @@ import os
 import pathlib
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -35,7 +36,7 @@ import jax.numpy as jnp
 from absl import flags
 
 from maxk_jax import sharding as sh
-from maxk_jax.models import qwen2
+from maxk_jax.models import auto, qwen2
 from maxk_jax.rl import training
 
 GIB = 1024 ** 3
@@ -430,3 +431,24 @@ def plot(rows: list[Row], title: str, path: pathlib.Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def train_step_remat(config: Any, step_config: Any, mesh: jax.sharding.Mesh, *, sequences: int,
+                     prompt_len: int | Callable[[], int], completion_len: int, mu_dtype: str | None = None,
+                     device: Any = None) -> str:
+    """``config.remat_policy`` with ``"auto"`` resolved by `maxk_jax.models.auto.remat_policy` for the RL
+    train step of ``sequences`` rows of ``prompt_len + completion_len`` tokens on ``mesh`` (each candidate
+    AOT-compiled: ``compile_train_step``; ``prompt_len`` may be a function, called only
+    when a candidate is compiled); ``device`` defaults to the mesh's first. Other policies come back
+    unchanged."""
+    if config.remat_policy != "auto":
+        return config.remat_policy
+
+    def memory_of(policy: str) -> int:
+        width = prompt_len() if callable(prompt_len) else prompt_len
+        row, _ = compile_train_step(config.replace(remat_policy=policy), step_config, mesh, policy,
+                                    sequences=sequences, prompt_len=width, completion_len=completion_len,
+                                    mu_dtype=mu_dtype)
+        return row["total"]
+
+    return auto.remat_policy(mesh.devices.flat[0] if device is None else device, memory_of)

@@ -22,7 +22,7 @@ STAGE = {
     "rl.training": 6, "rl.exactness": 6,
     "rl.rollout": 7, "rl.warmup": 7, "rl.metrics_log": 7, "rl.run_config": 7, "rl.config_dict": 7,
     "rl.loop": 7, "rl.producer": 7, "rl.method": 7,
-    "memory_plan": 7, "sample_plan": 7, "gpu_plan": 7,
+    "memory_plan": 7, "sample_plan": 7, "gpu_plan": 7, "step_roofline": 7, "rl.bench": 7,
     "pipelines": 8,
 }
 

@@ -13,9 +13,9 @@ The defaults themselves (``"auto"``) live in :mod:`maxk_jax.models.qwen2_config`
   :data:`REMAT_BY_SPEED` whose compiled train step (``memory_analysis()`` total) fits
   :data:`MEMORY_MARGIN` of the device's memory (``memory_stats()['bytes_limit']``), else
   ``"nothing"`` (the least memory); ``"nothing"`` as well, with an info line, when the memory is
-  unknown. :func:`train_step_remat` compiles the RL train step's candidates for it. Inside a trace
+  unknown. `memory_plan.train_step_remat` compiles the RL train step's candidates for it. Inside a trace
   nothing can be compiled: there ``qwen2.resolve_remat_policy`` keeps the platform's rule, so the
-  RL loop resolves ``"auto"`` with :func:`train_step_remat` before it builds its step.
+  RL loop resolves ``"auto"`` with `memory_plan.train_step_remat` before it builds its step.
 """
 from __future__ import annotations
 
@@ -147,25 +147,3 @@ def remat_policy(device: Any, memory_of: Callable[[str], int], *, margin: float 
     _say_once(f"remat_policy='auto': no policy fits {margin:.0%} of {info.bytes_limit / 2**30:.1f} GiB "
               f"({', '.join(f'{p} {b / 2**30:.1f} GiB' for p, b in needs.items())}), using 'nothing'")
     return "nothing"
-
-
-def train_step_remat(config: Any, step_config: Any, mesh: jax.sharding.Mesh, *, sequences: int,
-                     prompt_len: int | Callable[[], int], completion_len: int, mu_dtype: str | None = None,
-                     device: Any = None) -> str:
-    """``config.remat_policy`` with ``"auto"`` resolved by :func:`remat_policy` for the RL train
-    step of ``sequences`` rows of ``prompt_len + completion_len`` tokens on ``mesh`` (each candidate
-    AOT-compiled: ``memory_plan.compile_train_step``; ``prompt_len`` may be a function, called only
-    when a candidate is compiled); ``device`` defaults to the mesh's first. Other policies come back
-    unchanged."""
-    if config.remat_policy != "auto":
-        return config.remat_policy
-    from maxk_jax import memory_plan
-
-    def memory_of(policy: str) -> int:
-        width = prompt_len() if callable(prompt_len) else prompt_len
-        row, _ = memory_plan.compile_train_step(config.replace(remat_policy=policy), step_config, mesh, policy,
-                                                sequences=sequences, prompt_len=width,
-                                                completion_len=completion_len, mu_dtype=mu_dtype)
-        return row["total"]
-
-    return remat_policy(mesh.devices.flat[0] if device is None else device, memory_of)

@@ -47,7 +47,7 @@ class Qwen2Config:
     # what a rematerialised layer keeps from its forward pass (REMAT_POLICIES): nothing (recompute the
     # whole layer: least memory) | dots (keep q, k, v, the attention output and the MLP's gate / up:
     # no matmul recomputed but the attention's; more memory) | auto = nothing off GPU; on a GPU the RL
-    # loop picks dots when its compiled train step fits the card's memory (models.auto.train_step_remat),
+    # loop picks dots when its compiled train step fits the card's memory (memory_plan.train_step_remat),
     # and a bare trace on a GPU takes dots (faster there, measured)
     remat_policy: str = DEFAULT_REMAT_POLICY
     # full/prefill attention: auto | xla | chunked | dot_product (models.attention); auto = dot_product

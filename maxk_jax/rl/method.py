@@ -14,8 +14,11 @@ estimator of ``maxk_jax.estimators`` has one of its own name, with the estimator
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
+
+from absl import flags
 
 from maxk_jax.fields import Options, check_choice, replace_fields
 from maxk_jax.rl import losses
@@ -252,3 +255,33 @@ def method_label(run: RunConfig, table: Mapping[str, Method] | None = None) -> s
             return name
     a = run.algo
     return f"{a.estimator}({''.join(f'{k}={v}, ' for k, v in a.estimator_options)}{a.loss.kind} loss)"
+
+
+def define_method_flag() -> None:
+    """``--method`` (once per process): the RL method by its registry name (`maxk_jax.rl.method`; the
+    same names, default and error of every entry point that trains). Its value: None = the config's
+    method; check it with `maxk_jax.rl.method.check_method` (one line naming the valid ones)."""
+    if "method" not in flags.FLAGS:
+        flags.DEFINE_string(
+            "method", None, "RL method: estimator + options + loss form, by its name in the registry "
+            f"maxk_jax.rl.method (default: the config's method, {DEFAULT_METHOD} in every shipped config: "
+            "unbiased off-policy max@k, docs/usage/estimators.md). Valid: " + ", ".join(method_names()) + ".",
+            module_name=sys.argv[0])   # listed by --help with the program's own flags
+
+
+def method_flag(prefix: str = "", argv: Sequence[str] | None = None) -> str | None:
+    """The ``--method`` given (None when not given), checked: a registry name (ValueError naming the
+    valid ones) that no ``--config.<prefix><field>`` override of the same fields contradicts
+    (ValueError: the method sets the estimator, its options, the loss form and its own overrides).
+    `prefix`: where the RunConfig sits in the --config tree ("rl." in the pipeline config)."""
+    name = flags.FLAGS.method
+    if name is None:
+        return None
+    check_method(name)
+    touched = {"algo.estimator", "algo.estimator_options", "algo.loss.kind", *method_spec(name)[3]}
+    given = [a[2:].split("=", 1)[0] for a in (sys.argv if argv is None else argv)[1:] if a.startswith("--config.")]
+    clash = [g for g in given if g[len("config."):].removeprefix(prefix) in touched]
+    if clash:
+        raise ValueError(f"--method={name} sets {', '.join('--' + c for c in clash)} too: give one of them (a "
+                         "method's settings with other estimator options: --config.<...>.algo.* without --method)")
+    return name

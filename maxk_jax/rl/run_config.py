@@ -62,7 +62,7 @@ class ModelSettings:
     layers; remat_policy: what a rematerialised layer keeps ("nothing" | "dots": the projections'
     outputs, no matmul recomputed but the attention's, for more memory | "auto", the default: nothing
     off GPU, on a GPU dots when the compiled train step fits the card's memory, else nothing:
-    ``models.auto.train_step_remat``); decode_attention: the sampler's one-token attention ("xla" |
+    ``memory_plan.train_step_remat``); decode_attention: the sampler's one-token attention ("xla" |
     "pallas": the Pallas GPU kernels of ``models.decode_attention``, interpreted off GPU | "auto", the
     default: pallas on a GPU of compute capability >= 8.0, xla elsewhere); the defaults are
     ``Qwen2Config``'s (``models.qwen2_config.DEFAULT_*``); logprob_chunk: vocabulary columns
@@ -522,22 +522,22 @@ class RunConfig:
 
     def resolved_model_config(self, model_config: Any, mesh: Any, problems: Sequence[Any], tokenizer: Any) -> Any:
         """``model_config`` with ``remat_policy="auto"`` resolved for this run's train step on ``mesh``
-        (``models.auto.train_step_remat``: off GPU "nothing" at once; on a GPU the fastest policy whose
+        (``memory_plan.train_step_remat``: off GPU "nothing" at once; on a GPU the fastest policy whose
         step of ``rollout.prompts x n`` rows, the longest of ``problems``' prompt buckets +
         ``max_new_tokens`` columns, fits the card); unchanged when the policy is set or remat is off."""
         if model_config.remat_policy != "auto" or not model_config.remat:
             return model_config
-        from maxk_jax.models import auto
+        from maxk_jax import memory_plan
         from maxk_jax.sampling import prompt_length_bucket
 
         def prompt_len() -> int:
             prompts, _ = self.rollout_sampler(model_config, tokenizer).encode(problems)
             return prompt_length_bucket(max(len(p) for p in prompts), self.rollout.min_prompt_bucket)
 
-        policy = auto.train_step_remat(model_config, self.step_config(), mesh,
-                                       sequences=self.rollout.prompts * self.rollout.sampler.n, prompt_len=prompt_len,
-                                       completion_len=self.rollout.sampler.max_new_tokens,
-                                       mu_dtype=self.optim.mu_dtype or None)
+        policy = memory_plan.train_step_remat(model_config, self.step_config(), mesh,
+                                              sequences=self.rollout.prompts * self.rollout.sampler.n,
+                                              prompt_len=prompt_len, completion_len=self.rollout.sampler.max_new_tokens,
+                                              mu_dtype=self.optim.mu_dtype or None)
         return model_config.replace(remat_policy=policy)
 
 

@@ -8,7 +8,7 @@ import jax
 import pytest
 from absl import logging
 
-from maxk_jax import gpu_plan
+from maxk_jax import gpu_plan, memory_plan
 from maxk_jax.models import auto, decode_attention, qwen2
 from maxk_jax.rl.run_config import ModelSettings, RunConfig
 
@@ -120,7 +120,6 @@ def test_train_step_remat_by_a_real_compile_on_cpu():
     mesh = sh.make_mesh(1, 1, 1, devices=jax.devices("cpu")[:1])
     shape = dict(sequences=8, prompt_len=32, completion_len=32)
     needs = {}
-    from maxk_jax import memory_plan
     for policy in ("dots", "nothing"):
         row, _ = memory_plan.compile_train_step(config.replace(remat_policy=policy), run.step_config(), mesh, policy,
                                                 **shape)
@@ -128,11 +127,11 @@ def test_train_step_remat_by_a_real_compile_on_cpu():
     assert needs["dots"] > needs["nothing"]          # dots keeps the projections' outputs
     between = auto.DeviceInfo("gpu", (9, 0), int((needs["dots"] + needs["nothing"]) / 2 / auto.MEMORY_MARGIN))
     large = auto.DeviceInfo("gpu", (9, 0), int(needs["dots"] / auto.MEMORY_MARGIN) + 1)
-    assert auto.train_step_remat(config, run.step_config(), mesh, **shape, device=between) == "nothing"
-    assert auto.train_step_remat(config, run.step_config(), mesh, **shape, device=large) == "dots"
-    assert auto.train_step_remat(config, run.step_config(), mesh, **shape) == "nothing"     # this CPU
-    assert auto.train_step_remat(config.replace(remat_policy="dots"), run.step_config(), mesh, **shape,
-                                 device=between) == "dots"                                   # explicit wins
+    assert memory_plan.train_step_remat(config, run.step_config(), mesh, **shape, device=between) == "nothing"
+    assert memory_plan.train_step_remat(config, run.step_config(), mesh, **shape, device=large) == "dots"
+    assert memory_plan.train_step_remat(config, run.step_config(), mesh, **shape) == "nothing"     # this CPU
+    assert memory_plan.train_step_remat(config.replace(remat_policy="dots"), run.step_config(), mesh, **shape,
+                                          device=between) == "dots"                                   # explicit wins
 
 
 @pytest.mark.slow
@@ -147,6 +146,6 @@ def test_deviceless_h100_resolves_auto_to_pallas_and_compiles_the_remat_candidat
     run = _tiny_run()
     shape = dict(sequences=8, prompt_len=64, completion_len=64)
     h100 = auto.DeviceInfo("gpu", (9, 0), 80 * GiB, "NVIDIA H100 80GB HBM3")
-    assert auto.train_step_remat(config, run.step_config(), mesh, **shape, device=h100) == "dots"
-    assert auto.train_step_remat(config, run.step_config(), mesh, **shape,
-                                 device=dataclasses.replace(h100, bytes_limit=1)) == "nothing"
+    assert memory_plan.train_step_remat(config, run.step_config(), mesh, **shape, device=h100) == "dots"
+    assert memory_plan.train_step_remat(config, run.step_config(), mesh, **shape,
+                                          device=dataclasses.replace(h100, bytes_limit=1)) == "nothing"
