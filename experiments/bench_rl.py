@@ -31,6 +31,7 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     from maxk_jax.models.qwen2_config import DECODE_ATTENTION, REMAT_POLICIES
     from maxk_jax.rl.bench import PRESETS
+    from maxk_jax.rl.method import DEFAULT_METHOD, method_names
     flags.DEFINE_bool("smoke", False, "Tiny model, 2 steps of 2 prompts x 4 completions of 16 tokens (CPU test; "
                       "the shape flags are ignored).")
     flags.DEFINE_enum("preset", "qwen2.5-coder-1.5b", list(PRESETS), "Model: a Qwen2.5-Coder preset with random "
@@ -55,6 +56,8 @@ def define_flags() -> None:
     flags.DEFINE_bool("judge_only", False, "Time the embedded judge alone on one step's prompts x n reference "
                       "solutions (3 rounds) and write bench_rl_judge.json.")
     flags.DEFINE_integer("seed", 0, "Seed of the weights, problems and sampling.")
+    flags.DEFINE_string("method", DEFAULT_METHOD, "RL method by its registry name (maxk_jax.rl.method; valid: "
+                        + ", ".join(method_names()) + ").")
     flags.DEFINE_string("results_dir", "runs/bench_rl", "Directory for bench_rl.json and bench_rl.md.")
 
 
@@ -62,10 +65,10 @@ def _settings() -> Any:
     from maxk_jax.rl import bench
     shape = {name: getattr(FLAGS, name) for name in (
         "steps", "warmup", "prompts", "n", "max_new_tokens", "ppo_iterations", "micro_batches", "reference_share",
-        "judge_slots", "dtype", "compute_dtype", "decode_attention", "remat_policy", "seed")}
+        "judge_slots", "dtype", "compute_dtype", "decode_attention", "remat_policy", "seed", "method")}
     if FLAGS.smoke:
         return bench.smoke_settings(**{k: shape[k] for k in ("reference_share", "judge_slots", "decode_attention",
-                                                             "remat_policy", "seed")})
+                                                             "remat_policy", "seed", "method")})
     return bench.BenchSettings(preset=FLAGS.preset, **shape)
 
 

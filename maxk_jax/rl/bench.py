@@ -33,6 +33,7 @@ import numpy as np
 from maxk_jax.data.problem import Problem
 from maxk_jax.fields import check_choice, check_int, check_real, replace_fields
 from maxk_jax.models import qwen2
+from maxk_jax.rl.method import DEFAULT_METHOD, apply_method, check_method
 from maxk_jax.rl.run_config import RunConfig
 
 PRESETS = ("tiny", *qwen2.PRESETS)
@@ -45,7 +46,7 @@ class BenchSettings:
     (the first compiles), ``prompts`` x ``n`` completions of ``max_new_tokens`` per step, ``ppo_iterations``,
     ``micro_batches`` of the update (dividing ``prompts``), ``reference_share`` in [0, 1], ``judge_slots``
     (0 = one per host core), parameter / Adam ``dtype``, matmul ``compute_dtype``, the model's
-    ``decode_attention`` / ``remat_policy``, ``seed``."""
+    ``decode_attention`` / ``remat_policy``, ``seed``, the RL ``method`` (a `maxk_jax.rl.method` name)."""
 
     preset: str = "qwen2.5-coder-1.5b"
     steps: int = 3
@@ -62,9 +63,11 @@ class BenchSettings:
     decode_attention: str = "auto"
     remat_policy: str = "auto"
     seed: int = 0
+    method: str = DEFAULT_METHOD
 
     def __post_init__(self) -> None:
         check_choice(self.preset, "preset", PRESETS)
+        check_method(self.method)
         for name, low in (("steps", 1), ("warmup", 1), ("prompts", 1), ("n", 2), ("max_new_tokens", 1),
                           ("ppo_iterations", 1), ("micro_batches", 1), ("judge_slots", 0), ("seed", 0)):
             check_int(getattr(self, name), name, low)
@@ -83,11 +86,11 @@ def smoke_settings(**changes: Any) -> BenchSettings:
 
 
 def run_config(s: BenchSettings, output_dir: str) -> RunConfig:
-    """The RL run of the benchmark: the project's defaults (``RunConfig()``: the default method, KL
-    reference, remat) with the benchmark's shape, no evaluation, checkpoints never due, one process's
+    """The RL run of the benchmark: the project's defaults (``RunConfig()``: KL reference, remat) with
+    ``s.method`` (the default method unless given) and the benchmark's shape, no evaluation, checkpoints never due, one process's
     devices all along ``data`` x ``fsdp`` as the defaults lay them out."""
     slots = s.judge_slots or os.cpu_count() or 1
-    return replace_fields(RunConfig(), {
+    return replace_fields(apply_method(RunConfig(), s.method), {
         "name": "bench_rl", "output_dir": output_dir, "seed": s.seed, "max_steps": s.warmup + s.steps,
         "model.dtype": s.dtype, "model.compute_dtype": s.compute_dtype,
         "model.decode_attention": s.decode_attention, "model.remat_policy": s.remat_policy,
@@ -283,7 +286,7 @@ def markdown(r: dict[str, Any]) -> str:
     s = r["settings"]
     lines = [f"# bench_rl: {s['preset']} on {r['device']['count']} x {r['device']['kind']}", "",
              f"{s['prompts']} prompts x n = {s['n']}, {s['max_new_tokens']} new tokens, {s['ppo_iterations']} PPO "
-             f"iterations, {r['run']['estimator']} (k = {r['run']['k']}), judge {r['run']['executor']}, decode "
+             f"iterations, {s.get('method', r['run']['estimator'])} (k = {r['run']['k']}), judge {r['run']['executor']}, decode "
              f"attention {r['run']['decode_attention_resolved']}, remat {r['run']['remat']} "
              f"({r['run']['remat_policy_resolved']}); reference share {r['reference_share']} "
              f"({r['replaced_completions']} of {r['judged_completions']} completions judged as the reference "

@@ -45,6 +45,9 @@ def test_smoke_writes_the_step_split(tmp_path):
     assert r["peer"] is None and r["ratio_peer_over_ours"] is None
     md = (tmp_path / "bench_rl.md").read_text()
     assert "| median |" in md and "12 of 24 completions judged as the reference solution" in md
+    # the RL step of the default method (not RunConfig()'s bare estimator)
+    assert r["settings"]["method"] == "maxk_offpolicy_exact_loo1_rms" and r["run"]["estimator"] == "maxk_offpolicy_exact"
+    assert "maxk_offpolicy_exact_loo1_rms (k = 2)" in md
 
 
 def test_bad_flags_fail_in_one_line(tmp_path):
