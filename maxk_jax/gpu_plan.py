@@ -443,7 +443,8 @@ def gpu_train_memory(config: qwen2.Qwen2Config, step_config: Any, sequences: int
     """Compile the RL train step (``training.make_train_step``, Adam with first moment in
     ``mu_dtype``, donated state) on ``sequences`` rows of ``prompt_len + completion_len`` tokens for
     one deviceless ``target`` GPU -> its memory row (``memory_plan.memory_row``: per-device args,
-    outputs, temps, alias and ``total`` bytes, ``compile_s``) with ``target``, ``target_source``,
+    outputs, temps, alias and ``total`` bytes, ``compile_s``; ``matmul_flops`` per step,
+    :func:`maxk_jax.hlo_cost.matmul_flops`) with ``target``, ``target_source``,
     ``remat`` and ``remat_policy``. What a rematerialisation policy costs in memory on the card,
     before renting one (XLA:GPU's buffer assignment, not XLA:CPU's)."""
     if sequences < 1 or prompt_len < 1 or completion_len < 1:
@@ -451,5 +452,8 @@ def gpu_train_memory(config: qwen2.Qwen2Config, step_config: Any, sequences: int
                          f"{completion_len}")
     row, _ = memory_plan.compile_train_step(config, step_config, target_mesh(target), target, sequences=sequences,
                                             prompt_len=prompt_len, completion_len=completion_len, mu_dtype=mu_dtype)
+    from maxk_jax import hlo_cost
+
+    row["matmul_flops"] = hlo_cost.matmul_flops(row.pop("hlo"))["flops"]   # per device, loops counted
     return {**row, "target": target, "target_source": target_config(target)[1], "remat": config.remat,
             "remat_policy": config.remat_policy}
