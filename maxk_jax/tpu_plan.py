@@ -117,3 +117,46 @@ def train_markdown(plan: dict[str, Any], header: str) -> str:
                 f"{plan['slice']['kind']}'s bf16 peak ({plan['slice']['bf16_flops'] / 1e12:g} TFLOP/s) at least "
                 f"**{step['time_floor_s']:.3g} s** per step."]
     return "\n".join(out) + "\n"
+
+
+def decode_row(config: qwen2.Qwen2Config, slice_: tpu.TpuSlice, devices: list[Any], layout: str, *, prompts: int,
+               n: int, prompt_len: int, new_tokens: int) -> dict[str, Any]:
+    """The sampler's decode loop from the rollout copy (the rollout mesh over ``layout``'s devices)
+    compiled by XLA:TPU -> :func:`maxk_jax.sample_plan.plan_decode`'s row plus :func:`verdict`,
+    ``over_weights_kv`` (total / (weights + KV cache) per chip), ``ideal_bytes`` (per chip and step:
+    its weights + its share of :func:`maxk_jax.gpu_plan.ideal_bytes`'s KV) and ``hbm_over_ideal``;
+    or ``{"layout", "out_of_memory": message}`` when the program does not fit."""
+    from maxk_jax import gpu_plan, sample_plan
+
+    try:
+        r = sample_plan.plan_decode(config, layout, "rollout", prompts=prompts, n=n, prompt_len=prompt_len,
+                                    new_tokens=new_tokens, devices=layout_devices(devices, layout))
+    except Exception as err:  # noqa: BLE001  (over HBM is a result)
+        if out_of_memory(err) is None:
+            raise
+        return {"layout": layout, "out_of_memory": out_of_memory(err)}
+    r.update(verdict(r["total"], slice_))
+    r["over_weights_kv"] = round(r["total"] / (r["weights"] + r["kv_cache"]), 3)
+    ideal = r["weights"] + gpu_plan.ideal_bytes(config, prompts, n, prompt_len, new_tokens)["kv"] // len(devices)
+    r["ideal_bytes"] = ideal
+    r["hbm_over_ideal"] = round(r["tpu_step"]["hbm_bytes"] / ideal, 3)
+    return r
+
+
+def decode_markdown(rows: list[dict[str, Any]], slice_: tpu.TpuSlice, header: str) -> str:
+    """Markdown of :func:`decode_row` rows (``preset`` set by the caller) under ``header``."""
+    out = [header, "", f"| preset | decode mesh | weights GiB | KV GiB | temps GiB | total GiB | % of "
+           f"{slice_.chip.hbm_gib:g} GiB | total / (weights + KV) | HBM bytes / step | ideal | vs ideal | "
+           "ops / step | collective B / token | compile s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+           "---:|---:|---:|"]
+    for r in rows:
+        if "out_of_memory" in r:
+            out.append(f"| {r['preset']} | {r['layout']} | | | | | | **does not compile**: {r['out_of_memory']} "
+                       "| | | | | | |")
+            continue
+        s = r["tpu_step"]
+        out.append(f"| {r['preset']} | {r['decode_mesh']} | {r['weights'] / GIB:.2f} | {r['kv_cache'] / GIB:.2f} | "
+                   f"{r['temps'] / GIB:.2f} | {r['total'] / GIB:.2f} | {r['pct_of_hbm']} | {r['over_weights_kv']} | "
+                   f"{s['hbm_bytes'] / 1e9:.3f} GB | {r['ideal_bytes'] / 1e9:.3f} GB | **{r['hbm_over_ideal']}x** | "
+                   f"{s['ops']:,} | {r['collective_bytes_per_token']:,} | {r['compile_s']} |")
+    return "\n".join(out) + "\n"
