@@ -8,8 +8,9 @@ ShapeDtypeStructs>).compile()`` returns the TPU compiler's program, and a progra
 to compile (``RESOURCE_EXHAUSTED``) as on the chip.
 
 Names (:data:`SLICES`): ``v5e-N`` / ``v6e-N`` count chips; ``v4-N`` / ``v5p-N`` count TensorCores,
-two per chip, one device per chip (``megacore``). Per-chip figures (:data:`CHIPS`) are the
-vendor's: HBM, bf16 peak FLOP/s, HBM bandwidth.
+two per chip, one device per chip (``megacore``); ``v2-8`` / ``v3-8`` count TensorCores, one device
+each (8 devices on 4 chips). Per-device figures (:data:`CHIPS`) are the vendor's: HBM, bf16 peak
+FLOP/s, HBM bandwidth.
 """
 from __future__ import annotations
 
@@ -23,19 +24,23 @@ GIB = 1024 ** 3
 
 @dataclasses.dataclass(frozen=True)
 class Chip:
-    """One TPU generation: ``kind`` (its name), ``hbm_gib`` per chip, ``bf16_flops`` (peak
-    FLOP/s per chip), ``hbm_bandwidth`` (bytes/s per chip), ``chip_config`` (libtpu's
-    ``chip_config_name``: ``megacore`` where two TensorCores make one device)."""
+    """One TPU generation, per JAX device: ``kind`` (its name), ``hbm_gib``, ``bf16_flops`` (peak
+    FLOP/s), ``hbm_bandwidth`` (bytes/s), ``chip_config`` (libtpu's ``chip_config_name``:
+    ``megacore`` where two TensorCores make one device) and ``devices_per_chip`` (2 on v2 / v3,
+    whose TensorCores are a device each: the figures are then per core)."""
 
     kind: str
     hbm_gib: float
     bf16_flops: float
     hbm_bandwidth: float
     chip_config: str = "default"
+    devices_per_chip: int = 1
 
 
-#: Per-chip figures (Google Cloud's TPU pages).
+#: Per-device figures (Google Cloud's TPU pages; v2 / v3: a chip's halves, one per TensorCore).
 CHIPS: dict[str, Chip] = {
+    "v2": Chip("TPU v2 (per core)", 8, 22.5e12, 3.5e11, devices_per_chip=2),
+    "v3": Chip("TPU v3 (per core)", 16, 61.5e12, 4.5e11, devices_per_chip=2),
     "v4": Chip("TPU v4", 32, 275e12, 1.2e12, "megacore"),
     "v5e": Chip("TPU v5e", 16, 197e12, 8.19e11),
     "v5p": Chip("TPU v5p", 95, 459e12, 2.765e12, "megacore"),
@@ -52,6 +57,8 @@ SLICES: dict[str, tuple[str, str, tuple[int, int, int]]] = {
     "v4-8": ("v4", "v4:2x2x1", (2, 2, 1)), "v4-16": ("v4", "v4:2x2x2", (2, 2, 1)),
     "v4-32": ("v4", "v4:2x2x4", (2, 2, 1)),
     "v5p-8": ("v5p", "v5:2x2x1", (2, 2, 1)), "v5p-16": ("v5p", "v5:2x2x2", (2, 2, 1)),
+    # v2 / v3 (a Colab TPU runtime is a v2-8): "-8" counts TensorCores, one device each
+    "v2-8": ("v2", "v2:2x2", (2, 2, 1)), "v3-8": ("v3", "v3:2x2", (2, 2, 1)),
 }
 
 LIBTPU_HINT = ("a TPU plan needs libtpu (the TPU compiler; no TPU needed): pip install --no-deps --target DIR "
@@ -70,15 +77,16 @@ class TpuSlice:
 
     @property
     def chips(self) -> int:
-        """Chips (compile devices) in the slice: the product of the topology's dimensions."""
-        n = 1
+        """JAX devices of the slice (chips; TensorCores on v2 / v3): the product of the
+        topology's dimensions times the chip's ``devices_per_chip``."""
+        n = self.chip.devices_per_chip
         for d in self.topology.split(":")[1].split("x"):
             n *= int(d)
         return n
 
     @property
     def hbm_bytes(self) -> int:
-        """HBM bytes per chip."""
+        """HBM bytes per device (per chip, or per core on v2 / v3)."""
         return int(self.chip.hbm_gib * GIB)
 
     def time_floor_s(self, flops_per_chip: float) -> float:

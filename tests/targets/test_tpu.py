@@ -12,7 +12,8 @@ needs_libtpu = pytest.mark.skipif(not tpu.libtpu_available(), reason="libtpu (th
     ("v5e-16", "v5e:4x4", 16, 16, "default"), ("v5e-1", "v5e:1x1", 1, 16, "default"),
     ("v5e-4", "v5e:2x2", 4, 16, "default"), ("v6e-8", "v6e:2x4", 8, 32, "default"),
     ("v6e-1", "v6e:1x1", 1, 32, "default"), ("v4-8", "v4:2x2x1", 4, 32, "megacore"),
-    ("v4-16", "v4:2x2x2", 8, 32, "megacore"), ("v5p-8", "v5:2x2x1", 4, 95, "megacore")])
+    ("v4-16", "v4:2x2x2", 8, 32, "megacore"), ("v5p-8", "v5:2x2x1", 4, 95, "megacore"),
+    ("v2-8", "v2:2x2", 8, 8, "default")])
 def test_slice_names(name, topology, chips, hbm_gib, config):
     s = tpu.get_slice(name)
     assert (s.topology, s.chips, s.chip.hbm_gib, s.chip.chip_config) == (topology, chips, hbm_gib, config)
@@ -38,7 +39,7 @@ def test_devices_without_libtpu_say_how_to_install(monkeypatch):
 
 
 @needs_libtpu
-@pytest.mark.parametrize("name", ["v5e-4", "v6e-1", "v4-8", "v5p-8"])
+@pytest.mark.parametrize("name", ["v5e-4", "v6e-1", "v4-8", "v5p-8", "v2-8"])
 def test_names_give_compile_only_tpu_devices(name):
     s = tpu.get_slice(name)
     devices = tpu.devices(s)
