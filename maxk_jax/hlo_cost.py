@@ -187,7 +187,7 @@ def _issued_bytes(comps: dict[str, Any], comp: Any, shape: str, op: str, line: s
     return moved, hbm_bytes(shape) if op == "copy" else 0
 
 
-def tpu_step_traffic(text: str) -> dict[str, Any]:
+def tpu_step_traffic(text: str, dynamic_trips: float = 1.0) -> dict[str, Any]:
     """One iteration of the decode loop (the outermost ``while`` reaching the most computations,
     :func:`maxk_jax.memory_plan.outer_loop`) of an XLA:TPU module -> ``{"ops", "dma_starts",
     "hbm_bytes", "copy_to_hbm_bytes", "traffic": [{"op", "name", "bytes", "times"}] (largest
@@ -195,10 +195,13 @@ def tpu_step_traffic(text: str) -> dict[str, Any]:
     side (weights and cache streamed into VMEM: once); a fusion reads its HBM operands (sliced ones
     at the slice, in-place update targets not at all, as :func:`maxk_jax.gpu_plan._fused_traffic`)
     and writes its HBM results; other ops read their HBM operands and write their HBM result.
-    Nested loops count :func:`trip_count` times; the condition once per iteration."""
+    Nested loops count :func:`trip_count` times, a loop whose bound is data-dependent (the decode
+    attention's loop over the live own-cache blocks) ``dynamic_trips`` times (e.g. its average over
+    the decode steps; ``"dynamic_loops"`` counts them); the condition once per iteration."""
     comps = gpu_plan._parse(text)
     outer, cond = memory_plan.outer_loop({c: comp.instructions for c, comp in comps.items()})
-    out: dict[str, Any] = {"ops": 0, "dma_starts": 0, "hbm_bytes": 0, "copy_to_hbm_bytes": 0, "traffic": []}
+    out: dict[str, Any] = {"ops": 0, "dma_starts": 0, "hbm_bytes": 0, "copy_to_hbm_bytes": 0, "dynamic_loops": 0,
+                           "traffic": []}
 
     def walk(name: str, times: int, stack: frozenset[str]) -> None:
         if name in stack or name not in comps:
@@ -209,7 +212,10 @@ def tpu_step_traffic(text: str) -> dict[str, Any]:
                 body = gpu_plan._need(r"body=%?([\w.\-]+)", line)
                 cnd = gpu_plan._need(r"condition=%?([\w.\-]+)", line)
                 n = trip_count(line, comps[cnd].instructions if cnd in comps else [],
-                               comps[body].instructions if body in comps else []) or 1
+                               comps[body].instructions if body in comps else [])
+                if n is None:
+                    out["dynamic_loops"] += 1
+                    n = dynamic_trips
                 walk(body, times * n, stack | {name})
                 walk(cnd, times * n, stack | {name})
             elif op in ("conditional", "call", "async-start"):
@@ -225,5 +231,6 @@ def tpu_step_traffic(text: str) -> dict[str, Any]:
 
     walk(outer, 1, frozenset())
     walk(cond, 1, frozenset())
+    out["hbm_bytes"] = round(out["hbm_bytes"])
     out["traffic"].sort(key=lambda c: -c["bytes"] * c["times"])
     return out

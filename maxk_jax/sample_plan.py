@@ -28,7 +28,7 @@ import numpy as np
 
 from maxk_jax import memory_plan
 from maxk_jax import sharding as sh
-from maxk_jax.models import qwen2
+from maxk_jax.models import kv_cache, qwen2
 from maxk_jax.sampling import (SamplerSettings, batch_shards, cache_shardings, decode_loop, prompt_batch_bucket,
                                prompt_length_bucket, rollout_copy)
 
@@ -119,7 +119,8 @@ def plan_decode(config: qwen2.Qwen2Config, layout: str, params_layout: str, *, p
     ``weight_bytes_bf16`` (whole model), ``compile_s``, ``matmul_flops`` (per device, the loop at
     its ``new_tokens`` bound), ``cpu_weight_upcast`` (XLA:CPU's float32
     copies of bf16 weights; 0 off CPU) and, on TPU devices, ``tpu_step`` (per decode step:
-    :func:`maxk_jax.hlo_cost.tpu_step_traffic` without its op list). ``devices``: the mesh's devices
+    :func:`maxk_jax.hlo_cost.tpu_step_traffic` without its op list; the attention's live-block
+    loop at its average trips, ``kv_cache.mean_live_blocks``). ``devices``: the mesh's devices
     (default all JAX's; e.g. a TPU slice's compile-only devices)."""
     from maxk_jax import hlo_cost
 
@@ -146,7 +147,8 @@ def plan_decode(config: qwen2.Qwen2Config, layout: str, params_layout: str, *, p
         cpu_weight_upcast=memory_plan.cpu_weight_upcast(text, params) if memory_plan._is_cpu(mesh) else 0)
     row["matmul_flops"] = hlo_cost.matmul_flops(text)["flops"]   # the decode loop at its new_tokens bound
     if mesh.devices.flat[0].platform == "tpu":
-        step = hlo_cost.tpu_step_traffic(text)
+        # the decode attention's loop over live own-cache blocks: its average trips over the steps
+        step = hlo_cost.tpu_step_traffic(text, dynamic_trips=kv_cache.mean_live_blocks(new_tokens))
         row["tpu_step"] = {k: v for k, v in step.items() if k != "traffic"}
     return row
 

@@ -108,3 +108,27 @@ def test_tpu_step_traffic_skips_vmem_operands():
 
 def test_hbm_bytes_by_memory_space():
     assert hlo_cost.hbm_bytes("(bf16[4,8]{1,0:T(8,128)(2,1)S(1)}, f32[2]{0}, u32[]{:S(2)})") == 8
+
+
+def test_data_dependent_loops_count_the_given_trips():
+    """A loop nested in the decode loop whose bound is data-dependent (the live-block attention
+    loop) counts ``dynamic_trips`` times per step."""
+    inner = MODULE.replace("STEP", "1").replace("direction=LT", "direction=NE")
+    entry = inner.index("ENTRY %main")
+    state = "(s32[]{:T(128)}, bf16[256,1024]{1,0:T(8,128)(2,1)S(1)}, bf16[1024,1024]{1,0:T(8,128)(2,1)})"
+    outer = inner[:entry] + f"""%outer_body (op: {state}) -> {state} {{
+  %op = {state} parameter(0)
+  ROOT %inner = {state} while(%op), condition=%cond, body=%body
+}}
+
+%outer_cond (oc: {state}) -> pred[] {{
+  %oc = {state} parameter(0)
+  ROOT %t = pred[] constant(true)
+}}
+
+""" + inner[entry:].replace("while(%tuple.13), condition=%cond, body=%body",
+                            "while(%tuple.13), condition=%outer_cond, body=%outer_body")
+    one, three = hlo_cost.tpu_step_traffic(outer), hlo_cost.tpu_step_traffic(outer, dynamic_trips=3)
+    assert one["dynamic_loops"] == 1
+    weight = 1024 * 1024 * 2
+    assert three["hbm_bytes"] - one["hbm_bytes"] == 2 * (weight + 3 * 4 + 2 * 4 + 1)   # fusion + add + compare

@@ -180,3 +180,19 @@ def test_decode_program_holds_no_second_copy_of_per_layer_weights():
 
     assert temps(stacked) >= layer_bytes                 # the split: a second copy of the layer weights
     assert temps(layered) < layer_bytes // 4             # none
+
+
+@pytest.mark.slow
+def test_generate_with_the_tpu_live_slot_attention_draws_the_same_tokens(monkeypatch):
+    """The decode attention TPU compiles (own cache read up to the live slots, kv_cache._attend_live),
+    forced on CPU: the same tokens, log-probs equal to float rounding."""
+    config = _config()
+    params = qwen2.init_params(config, jax.random.key(6))
+    kw = dict(n=2, max_new_tokens=9, key=jax.random.key(9), temperature=0.8)
+    want = sampling.generate(config, params, [[5, 6, 7], [9, 10]], **kw)
+    monkeypatch.setattr(qwen2, "attend_decode", functools.partial(qwen2.attend_decode, live=True, block=4))
+    jax.clear_caches()
+    got = sampling.generate(config, params, [[5, 6, 7], [9, 10]], **kw)
+    jax.clear_caches()
+    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(want.tokens))
+    np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(want.logprobs), rtol=0, atol=1e-5)
