@@ -231,6 +231,7 @@ def tpu_step_traffic(text: str, dynamic_trips: float = 1.0) -> dict[str, Any]:
 
     walk(outer, 1, frozenset())
     walk(cond, 1, frozenset())
-    out["hbm_bytes"] = round(out["hbm_bytes"])
+    for key in ("ops", "dma_starts", "hbm_bytes", "copy_to_hbm_bytes"):   # fractional with dynamic_trips
+        out[key] = round(out[key])
     out["traffic"].sort(key=lambda c: -c["bytes"] * c["times"])
     return out
