@@ -26,6 +26,13 @@ and the compile time; writes ``plan_sample_h100.{json,md}``::
 
     JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 python -m experiments.plan_sample --target=h100 \
         --presets=qwen2.5-coder-1.5b
+
+``--target=<TPU slice>`` (``v5e-1``, ``v6e-1``, ``v5e-4``, ...; needs libtpu, docs/usage/tpu.md): the
+decode loop from the rollout copy compiled by XLA:TPU for the slice, per chip against its HBM, and
+one decode step's HBM bytes against the ideal (:mod:`maxk_jax.tpu_plan`); writes
+``plan_sample_<slice>.{json,md}``::
+
+    PYTHONPATH=$LIBTPU_DIR python -m experiments.plan_sample --target=v6e-1 --presets=qwen2.5-coder-7b
 """
 from __future__ import annotations
 

@@ -16,6 +16,13 @@ Shape of one RL step (paper: 8 samples, 256 new tokens, CodeContests prompts <= 
 ``--micro_batches`` micro-batches.  Layouts are named as in experiments/plan_memory.py; ``fsdp8``
 is what experiments/configs/base.py ships (mesh fsdp=-1). The planning itself is
 :mod:`maxk_jax.memory_plan`. Writes ``plan_train.{json,md,png}`` to ``--results_dir``.
+
+``--target=<TPU slice>`` (``v5e-16``, ``v6e-8``, ``v4-8``, ``v5p-8``, ...; needs libtpu, see
+docs/usage/tpu.md): the same programs compiled by XLA:TPU for the slice without a TPU
+(:mod:`maxk_jax.tpu_plan`), per chip against its HBM, with matmul FLOPs per step and the time floor
+at the chip's bf16 peak; writes ``plan_train_<slice>.{json,md}``::
+
+    PYTHONPATH=$LIBTPU_DIR .venv/bin/python -m experiments.plan_train --target=v6e-8
 """
 from __future__ import annotations
 
