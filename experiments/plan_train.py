@@ -244,6 +244,8 @@ def main(argv: list[str]) -> None:
             config, cfg, layout, sequences=b, prompt_len=FLAGS.prompt_len,
             completion_len=FLAGS.completion_len, dump_dir=_DUMP_DIR, breakdown=FLAGS.breakdown,
             ref=FLAGS.plan_ref and i == 0, mu_dtype=FLAGS.mu_dtype, ref_dtype=FLAGS.ref_dtype)
+    for r in rows:
+        r.pop("hlo", None)   # the optimized HLO texts: not part of the written plan
     header = (f"{FLAGS.preset} ({config.num_layers} layers, {qwen2.param_count(config):,} params): RL "
               f"train_step ({FLAGS.estimator}, k={FLAGS.k}, {cfg.kind} loss, KL beta {FLAGS.kl_beta}) on "
               f"{FLAGS.prompts} prompts x n={FLAGS.n} = {b} sequences of {FLAGS.prompt_len}+"

@@ -1,7 +1,8 @@
 """Loop-aware costs of an optimized HLO module: trip counts, matmul FLOPs, per-step HBM traffic on TPU.
 
-Built on :func:`maxk_jax.memory_plan.parse_hlo` (the project's one HLO-text parser) and
-:mod:`maxk_jax.gpu_plan`'s fusion reader. Three things a planner needs that ``compiled.cost_analysis()``
+Built on :func:`maxk_jax.memory_plan.parse_hlo` (the project's one HLO-text parser); the fusion
+reader (:func:`fused_traffic`: what a fused computation reads and writes) is shared with
+:mod:`maxk_jax.gpu_plan`. Three things a planner needs that ``compiled.cost_analysis()``
 does not give on every backend:
 
 * :func:`trip_count` -- how often a ``while`` body runs. XLA:GPU prints ``known_trip_count``;
@@ -17,11 +18,12 @@ does not give on every backend:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
 
-from maxk_jax import gpu_plan, memory_plan
+from maxk_jax import memory_plan
 
 _INT_CONST = re.compile(r"[su](?:8|16|32|64)\[\]\S* constant\((-?\d+)\)")
 _ARRAY = re.compile(r"([a-z]+[0-9]*)\[([0-9,]*)\](\{[^}]*\})?")
@@ -33,6 +35,132 @@ NOT_ISSUED = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "
                         "domain", "iota"})
 
 Instructions = list[tuple[str, str, str, str]]
+
+
+#: element-preserving ops a fused parameter may pass through before it is sliced
+PASS_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose"})
+SLICE_ROOTS = frozenset({"dynamic-slice", "slice", "copy"})
+CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_OPERAND_NAMES = re.compile(r"%([\w.\-]+)")
+
+
+def element_count(shape: str) -> int:
+    """Element count of an array shape string: ``'bf16[2,3]{1,0}'`` -> 6."""
+    dims = _DIMS.search(shape)
+    return math.prod(int(d) for d in dims.group(1).split(",") if d) if dims else 1
+
+
+def need(pattern: str, line: str) -> str:
+    m = re.search(pattern, line)
+    if m is None:
+        raise ValueError(f"malformed HLO line (no {pattern!r}): {line.strip()[:200]}")
+    return m.group(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Computation:
+    """One parsed computation: ordered instructions and name -> (shape, opcode, line)."""
+
+    instructions: list[tuple[str, str, str, str]]
+    by_name: dict[str, tuple[str, str, str]]
+
+    @property
+    def root(self) -> tuple[str, str, str]:
+        for name, shape, op, line in self.instructions:
+            if line.lstrip().startswith("ROOT "):
+                return shape, op, line
+        raise ValueError("computation without ROOT")
+
+
+def parse(text: str) -> dict[str, Computation]:
+    return {c: Computation(ins, {n: (s, o, line) for n, s, o, line in ins})
+            for c, ins in memory_plan.parse_hlo(text).items()}
+
+
+def operands(line: str) -> list[str]:
+    """Operand names of an instruction line (inside the opcode's parentheses)."""
+    start = re.search(r" [\w\-]+\(", line)
+    if start is None:
+        return []
+    depth, i = 0, start.end() - 1
+    for j in range(i, len(line)):
+        depth += {"(": 1, ")": -1}.get(line[j], 0)
+        if depth == 0:
+            return _OPERAND_NAMES.findall(line[i + 1:j])
+    return _OPERAND_NAMES.findall(line[i + 1:])
+
+
+def root_through_bitcasts(comp: Computation) -> tuple[str, str, str]:
+    """(shape of the ROOT, opcode, line) of the first op below a computation's ROOT that is not a
+    bitcast (a free reinterpretation)."""
+    shape, op, line = comp.root
+    while op == "bitcast" and operands(line) and operands(line)[0] in comp.by_name:
+        _, op, line = comp.by_name[operands(line)[0]]
+    return shape, op, line
+
+
+def root_op(comp: Computation) -> tuple[str, str]:
+    """(shape, opcode) of a computation's ROOT, looking through bitcasts."""
+    return root_through_bitcasts(comp)[:2]
+
+
+def fused_traffic(comp: Computation, operand_shapes: list[str]) -> tuple[int, int]:
+    """(bytes read, bytes written) by a fused computation with the given operand shapes: a
+    parameter used only as the source of slices / gathers (possibly through element-preserving ops:
+    ``PASS_THROUGH``) counts at their result size (in its own dtype); a
+    ``dynamic-update-slice`` root (or tuple of them) writes its update into its operand 0 in
+    place (that buffer is neither read nor written whole)."""
+    users: dict[str, list[tuple[str, str, str, list[str]]]] = {}
+    params: dict[int, str] = {}
+    for name, shape, op, line in comp.instructions:
+        if op == "parameter":
+            params[int(need(r"parameter\((\d+)\)", line))] = name
+        for o in operands(line):
+            users.setdefault(o, []).append((name, shape, op, operands(line)))
+    root_shape, root_op, root_line = comp.root
+    roots = [(root_shape, root_op, operands(root_line))]
+    if root_op == "tuple":
+        roots = [(comp.by_name[o][0], comp.by_name[o][1], operands(comp.by_name[o][2])) for o in roots[0][2]
+                 if o in comp.by_name]
+    in_place, written = set(), 0
+    for shape, op, ops in roots:
+        if op == "dynamic-update-slice" and len(ops) > 1:
+            in_place.add(ops[0])
+            written += memory_plan.shape_bytes(comp.by_name[ops[1]][0]) if ops[1] in comp.by_name else 0
+        else:
+            written += memory_plan.shape_bytes(shape)
+    def sliced_elements(name: str, depth: int = 0) -> int | None:
+        """Elements of ``name`` the fusion reads when every path from it reaches a slice (through
+        element-preserving ops), else None (read whole). In-place update targets read nothing."""
+        uses = users.get(name, [])
+        if not uses or depth > 8:
+            return None
+        total = 0
+        for user, shape, op, ops in uses:
+            if op in ("dynamic-slice", "slice", "gather") and ops[0] == name:
+                total += element_count(shape)
+            elif op == "dynamic-update-slice" and ops[0] == name and name in in_place:
+                continue
+            elif op in PASS_THROUGH and len(ops) == 1:
+                inner = sliced_elements(user, depth + 1)
+                if inner is None:
+                    return None
+                total += inner
+            else:
+                return None
+        return total
+
+    read = 0
+    for i, shape in enumerate(operand_shapes):
+        name = params.get(i)
+        elements = sliced_elements(name) if name is not None else None
+        if elements is None:
+            read += memory_plan.shape_bytes(shape)
+        else:
+            read += elements * memory_plan.shape_bytes(shape) // max(element_count(shape), 1)
+    return read, written
+
+
 
 
 def dims(shape: str) -> list[int]:
@@ -57,7 +185,7 @@ def trip_count(while_line: str, cond: Instructions, body: Instructions) -> int |
     bound = consts.pop()
     cond_by_name = {n: line for n, _, _, line in cond}
     index = None
-    for operand in gpu_plan._operands(compares[0][1]):
+    for operand in operands(compares[0][1]):
         g = re.search(r"get-tuple-element\(.*?index=(\d+)", cond_by_name.get(operand, ""))
         if g:
             index = int(g.group(1))
@@ -65,10 +193,10 @@ def trip_count(while_line: str, cond: Instructions, body: Instructions) -> int |
     root = next((line for _, _, op, line in body if op == "tuple" and line.lstrip().startswith("ROOT ")), None)
     if index is not None and root:
         body_by_name = {n: (op, line) for n, _, op, line in body}
-        elems = gpu_plan._operands(root)
+        elems = operands(root)
         op, line = body_by_name.get(elems[index], ("", "")) if index < len(elems) else ("", "")
         if op == "add":
-            for operand in gpu_plan._operands(line):
+            for operand in operands(line):
                 c_op, c_line = body_by_name.get(operand, ("", ""))
                 c = _INT_CONST.search(c_line) if c_op == "constant" else None
                 if c:
@@ -124,17 +252,17 @@ def matmul_flops(text: str) -> dict[str, int]:
         if comp not in comps or comp in stack:
             return
         for _, shape, op, line in comps[comp]:
-            operands = [dims(shapes[comp].get(o, "")) for o in gpu_plan._operands(line)]
-            if op == "dot" and operands:
+            operand_dims = [dims(shapes[comp].get(o, "")) for o in operands(line)]
+            if op == "dot" and operand_dims:
                 contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
-                k = math.prod(operands[0][int(d)] for d in (contracting.group(1).split(",") if contracting and
+                k = math.prod(operand_dims[0][int(d)] for d in (contracting.group(1).split(",") if contracting and
                                                              contracting.group(1) else []))
                 out["flops"] += 2 * math.prod(dims(shape)) * k * times
-            elif op == "convolution" and len(operands) > 1:
-                out["flops"] += 2 * conv_macs(line, operands[0], operands[1], dims(shape)) * times
+            elif op == "convolution" and len(operand_dims) > 1:
+                out["flops"] += 2 * conv_macs(line, operand_dims[0], operand_dims[1], dims(shape)) * times
             if op == "while":
-                body = gpu_plan._need(r"body=%?([\w.\-]+)", line)
-                cond = gpu_plan._need(r"condition=%?([\w.\-]+)", line)
+                body = need(r"body=%?([\w.\-]+)", line)
+                cond = need(r"condition=%?([\w.\-]+)", line)
                 n = trip_count(line, comps.get(cond, []), comps.get(body, []))
                 if n is None:
                     out["loops_without_trip_count"] += 1
@@ -164,7 +292,7 @@ def hbm_bytes(shape: str) -> int:
 
 def _issued_bytes(comps: dict[str, Any], comp: Any, shape: str, op: str, line: str) -> tuple[int, int]:
     """(HBM bytes moved, bytes copied into HBM) of one issued instruction (see tpu_step_traffic)."""
-    shapes = [comp.by_name[o][0] for o in gpu_plan._operands(line) if o in comp.by_name]
+    shapes = [comp.by_name[o][0] for o in operands(line) if o in comp.by_name]
     if op in ("copy-start", "slice-start"):
         arrays = _arrays(shape)   # copy-start: (dst, src, ctx); slice-start: ((src), dst, ctx)
         if len(arrays) >= 2:
@@ -172,14 +300,14 @@ def _issued_bytes(comps: dict[str, Any], comp: Any, shape: str, op: str, line: s
             return dst * (int(src_hbm) + int(dst_hbm)), dst if dst_hbm and src_hbm else 0
     if op.endswith("-start"):        # collectives and other async work: operands + results in HBM
         return sum(hbm_bytes(s) for s in shapes) + hbm_bytes(shape), 0
-    fused = comps.get(gpu_plan._CALLS.search(line).group(1)) if op == "fusion" and gpu_plan._CALLS.search(
+    fused = comps.get(CALLS.search(line).group(1)) if op == "fusion" and CALLS.search(
         line) else None
     if fused is not None:
-        read, written = gpu_plan._fused_traffic(fused, [s if hbm_bytes(s) else "pred[0]" for s in shapes])
+        read, written = fused_traffic(fused, [s if hbm_bytes(s) else "pred[0]" for s in shapes])
         arrays = _arrays(shape)
         total = sum(b for b, _ in arrays)
         written = written * sum(b for b, h in arrays if h) // total if total else 0
-        copied = hbm_bytes(shape) if gpu_plan._root_op(fused)[1] in gpu_plan.SLICE_ROOTS else 0
+        copied = hbm_bytes(shape) if root_op(fused)[1] in SLICE_ROOTS else 0
         return read + written, copied
     if op == "dynamic-update-slice":   # in place: the update is read and written
         return 2 * (hbm_bytes(shapes[1]) if len(shapes) > 1 else 0), 0
@@ -193,12 +321,12 @@ def tpu_step_traffic(text: str, dynamic_trips: float = 1.0) -> dict[str, Any]:
     "hbm_bytes", "copy_to_hbm_bytes", "traffic": [{"op", "name", "bytes", "times"}] (largest
     total first)}``. HBM bytes: an async copy / slice moves its destination's bytes once per HBM
     side (weights and cache streamed into VMEM: once); a fusion reads its HBM operands (sliced ones
-    at the slice, in-place update targets not at all, as :func:`maxk_jax.gpu_plan._fused_traffic`)
+    at the slice, in-place update targets not at all, as :func:`maxk_jax.fused_traffic`)
     and writes its HBM results; other ops read their HBM operands and write their HBM result.
     Nested loops count :func:`trip_count` times, a loop whose bound is data-dependent (the decode
     attention's loop over the live own-cache blocks) ``dynamic_trips`` times (e.g. its average over
     the decode steps; ``"dynamic_loops"`` counts them); the condition once per iteration."""
-    comps = gpu_plan._parse(text)
+    comps = parse(text)
     outer, cond = memory_plan.outer_loop({c: comp.instructions for c, comp in comps.items()})
     out: dict[str, Any] = {"ops": 0, "dma_starts": 0, "hbm_bytes": 0, "copy_to_hbm_bytes": 0, "dynamic_loops": 0,
                            "traffic": []}
@@ -209,8 +337,8 @@ def tpu_step_traffic(text: str, dynamic_trips: float = 1.0) -> dict[str, Any]:
         comp = comps[name]
         for iname, shape, op, line in comp.instructions:
             if op == "while":
-                body = gpu_plan._need(r"body=%?([\w.\-]+)", line)
-                cnd = gpu_plan._need(r"condition=%?([\w.\-]+)", line)
+                body = need(r"body=%?([\w.\-]+)", line)
+                cnd = need(r"condition=%?([\w.\-]+)", line)
                 n = trip_count(line, comps[cnd].instructions if cnd in comps else [],
                                comps[body].instructions if body in comps else [])
                 if n is None:

@@ -308,7 +308,7 @@ def outer_loop(comps: dict[str, list[tuple[str, str, str, str]]]) -> tuple[str, 
     return part("body", line), part("condition", line)
 
 
-def _is_cpu(mesh: jax.sharding.Mesh) -> bool:
+def is_cpu_mesh(mesh: jax.sharding.Mesh) -> bool:
     """Whether ``mesh``'s devices are CPU devices (where XLA:CPU's float32 weight copies exist)."""
     return mesh.devices.flat[0].platform == "cpu"
 
@@ -357,18 +357,15 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
     reference log-prob pass's row when ``ref``, its weights stored in ``ref_dtype``, default the
     params'). Each row also has ``temp_breakdown`` (``breakdown`` largest temps, read from
     ``dump_dir``; none when ``dump_dir`` is empty), ``state_analytic`` (bytes of this device's shard
-    of the state / params) and ``matmul_flops`` (per device, loops counted:
-    :func:`maxk_jax.hlo_cost.matmul_flops`). ``devices``: the mesh's devices (default all JAX's;
-    e.g. a TPU slice's compile-only devices, :mod:`maxk_jax.targets.tpu`)."""
-    from maxk_jax import hlo_cost
-
+    of the state / params) and ``hlo`` (the optimized HLO text, e.g. for
+    :func:`maxk_jax.hlo_cost.matmul_flops`; callers drop it before writing rows out). ``devices``: the
+    mesh's devices (default all JAX's; e.g. a TPU slice's compile-only devices, :mod:`maxk_jax.targets.tpu`)."""
     mesh = sh.make_mesh(**parse_layout(layout), devices=devices)
     row, (state, shardings, batch) = compile_train_step(config, cfg, mesh, layout, sequences=sequences,
                                                         prompt_len=prompt_len, completion_len=completion_len,
                                                         mu_dtype=mu_dtype)
     row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_step", breakdown, config.vocab_size) if dump_dir else None
     row["state_analytic"] = state_bytes_per_device(state)
-    row["matmul_flops"] = hlo_cost.matmul_flops(row.pop("hlo"))["flops"]
     rows = [row]
     if ref:
         fn = training.make_logprob_fn(config, cfg, mesh, shardings.params)
@@ -380,8 +377,8 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
         ref_row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_fn", breakdown, config.vocab_size) if dump_dir else None
         ref_row["state_analytic"] = state_bytes_per_device(ref_params)
         text = compiled.as_text()
-        ref_row["cpu_weight_upcast"] = cpu_weight_upcast(text, ref_params) if _is_cpu(mesh) else 0
-        ref_row["matmul_flops"] = hlo_cost.matmul_flops(text)["flops"]
+        ref_row["cpu_weight_upcast"] = cpu_weight_upcast(text, ref_params) if is_cpu_mesh(mesh) else 0
+        ref_row["hlo"] = text
         rows.append(ref_row)
     return rows
 

@@ -144,7 +144,7 @@ def plan_decode(config: qwen2.Qwen2Config, layout: str, params_layout: str, *, p
         weight_bytes_bf16=2 * qwen2.param_count(config),
         collectives=collectives,
         collective_bytes_per_token=int(sum(c["bytes"] * c["times"] for c in collectives)),
-        cpu_weight_upcast=memory_plan.cpu_weight_upcast(text, params) if memory_plan._is_cpu(mesh) else 0)
+        cpu_weight_upcast=memory_plan.cpu_weight_upcast(text, params) if memory_plan.is_cpu_mesh(mesh) else 0)
     row["matmul_flops"] = hlo_cost.matmul_flops(text)["flops"]   # the decode loop at its new_tokens bound
     if mesh.devices.flat[0].platform == "tpu":
         # the decode attention's loop over live own-cache blocks: its average trips over the steps

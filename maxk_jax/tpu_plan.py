@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from maxk_jax import memory_plan
+from maxk_jax import hlo_cost, memory_plan
 from maxk_jax.models import qwen2
 from maxk_jax.targets import tpu
 
@@ -69,6 +69,7 @@ def plan_train(config: qwen2.Qwen2Config, cfg: Any, slice_: tpu.TpuSlice, device
             oom[layout] = out_of_memory(err)
             continue
         for r in got:
+            r["matmul_flops"] = hlo_cost.matmul_flops(r.pop("hlo"))["flops"]   # per chip, loops counted
             r.update(verdict(r["total"], slice_), time_floor_s=slice_.time_floor_s(r["matmul_flops"]))
         rows += got
     step = None

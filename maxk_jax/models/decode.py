@@ -66,7 +66,7 @@ def prefill(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, attent
     values (float32 bit for bit, see the tests)."""
     if not is_unstacked(params):
         return qwen2.prefill(config, params, tokens, attention_mask, cache, last_only=last_only)
-    mask = qwen2._check_tokens(tokens, attention_mask)   # noqa: SLF001  (the model's own checks)
+    mask = qwen2.check_tokens(tokens, attention_mask)
     b, t = tokens.shape
     if cache.prompt_k[0].shape[0] != b:
         raise ValueError(f"cache prompt batch {cache.prompt_k[0].shape[0]} != tokens batch {b}")
@@ -76,7 +76,7 @@ def prefill(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, attent
         raise ValueError(f"params have {len(params['layers'])} layers, the cache {cache.num_layers}")
     h = nn.with_logical_constraint(qwen2.Embed(config).apply({"params": params["embed"]}, tokens), qwen2.ACT_BTE)
     rope = qwen2.rope_tables(qwen2.positions_from_mask(mask), config.head_dim_, config.rope_theta)
-    causal = qwen2._causal_mask(mask)   # noqa: SLF001
+    causal = qwen2.causal_mask(mask)
     layer = qwen2.DecoderLayer(config, "prefill")
     ks, vs = [], []
     for i, layer_params in enumerate(params["layers"]):
