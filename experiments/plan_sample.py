@@ -26,6 +26,13 @@ and the compile time; writes ``plan_sample_h100.{json,md}``::
 
     JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 python -m experiments.plan_sample --target=h100 \
         --presets=qwen2.5-coder-1.5b
+
+``--target=<TPU slice>`` (``v5e-1``, ``v6e-1``, ``v5e-4``, ...; needs libtpu, docs/usage/tpu.md): the
+decode loop from the rollout copy compiled by XLA:TPU for the slice, per chip against its HBM, and
+one decode step's HBM bytes against the ideal (:mod:`maxk_jax.tpu_plan`); writes
+``plan_sample_<slice>.{json,md}``::
+
+    PYTHONPATH=$LIBTPU_DIR python -m experiments.plan_sample --target=v6e-1 --presets=qwen2.5-coder-7b
 """
 from __future__ import annotations
 
@@ -34,9 +41,14 @@ import sys  # isort: skip
 
 from maxk_jax.simulated_devices import devices_flag, request_cpu_devices  # isort: skip  (stdlib only)
 
+from maxk_jax.targets import tpu as tpu_targets  # isort: skip  (stdlib only)
+
 NUM_DEVICES = devices_flag(sys.argv[1:])   # --devices sizes the simulated CPU platform: before JAX starts
 request_cpu_devices(NUM_DEVICES)
-if any(a.startswith("--target=") and a != "--target=cpu" for a in sys.argv[1:]):
+_TPU = any(a.startswith("--target=") and tpu_targets.is_tpu_target(a.split("=", 1)[1]) for a in sys.argv[1:])
+if _TPU:   # the TPU compiler without a TPU
+    tpu_targets.setup_environment()
+elif any(a.startswith("--target=") and a != "--target=cpu" for a in sys.argv[1:]):
     import os  # isort: skip
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")   # a deviceless GPU: no driver to check
 
@@ -66,10 +78,13 @@ flags.DEFINE_list("kv_example", ["1", "128", "1024", "256"],
                   "prompts,n,prompt_len,new_tokens of the KV-cache example printed for the 7B preset.")
 flags.DEFINE_integer("top", 5, "Largest collectives listed per plan.")
 flags.DEFINE_string("results_dir", "runs/plan_sample", "Directory for plan_sample.{json,md}.")
-flags.DEFINE_enum("target", "cpu", ["cpu", "h100"],
+flags.DEFINE_enum("target", "cpu", ["cpu", "h100", *tpu_targets.SLICES],
                   "cpu: plan on --devices simulated CPU devices; h100: compile for one H100 without a GPU (CUDA "
                   "plugin needed) and report the decode step's copies, kernels and bytes (--layouts, "
-                  "--params_layouts, --devices and --kv_example unused).")
+                  "--params_layouts, --devices and --kv_example unused); a TPU slice (v5e-1, v6e-1, v5e-4, ...): "
+                  "the decode loop from the rollout copy compiled by XLA:TPU for the slice without a TPU (libtpu "
+                  "needed), per chip against its HBM, and its HBM bytes per decode step against the ideal "
+                  "(--layouts default fsdp<chips>; --params_layouts, --devices and --kv_example unused).")
 flags.DEFINE_list("xla_options", [],
                   "--target=h100: XLA options of the compile as name=value pairs (e.g. "
                   "xla_gpu_experimental_force_split_k=1: GEMMs without split-K partial sums), what XLA_FLAGS would "
@@ -194,9 +209,42 @@ def _gpu_main() -> None:
     print(f"wrote {out}/plan_sample_{FLAGS.target}.{{md,json}}")
 
 
+def _tpu_main() -> None:
+    """--target=<TPU slice>: the decode loop per preset and layout, compiled by XLA:TPU for the slice."""
+    from maxk_jax import tpu_plan
+
+    with cli.user_errors():
+        slice_ = tpu_targets.get_slice(FLAGS.target)
+        layouts = FLAGS.layouts if FLAGS["layouts"].present else [f"fsdp{slice_.chips}"]
+        for layout in layouts:
+            memory_plan.layout_sizes(layout, slice_.chips)
+        devices = tpu_targets.devices(slice_)
+    rows = []
+    for preset, layout in tqdm([(p, lay) for p in FLAGS.presets for lay in layouts], desc="plans"):
+        config = qwen2.preset(preset, dtype=FLAGS.dtype, param_dtype="float32")
+        r = tpu_plan.decode_row(config, slice_, devices, layout, prompts=FLAGS.prompts, n=FLAGS.n,
+                                prompt_len=FLAGS.prompt_len, new_tokens=FLAGS.new_tokens)
+        rows.append({"preset": preset, **r})
+    header = (f"Decode loop from the rollout copy, {FLAGS.prompts} prompts x n={FLAGS.n} rows, {FLAGS.prompt_len}-token "
+              f"prompts, {FLAGS.new_tokens} new tokens, compute {FLAGS.dtype}; compiled by XLA:TPU for {slice_.name} "
+              f"({slice_.chips} x {slice_.chip.kind}) without a TPU; per chip. HBM bytes / step: one decode step's "
+              "reads + writes of HBM in the optimized TPU HLO (VMEM-resident operands cost none); ideal: the chip's "
+              "weights + its share of the KV cache a step must read (own slots half full on average).")
+    report = tpu_plan.decode_markdown(rows, slice_, header)
+    out = pathlib.Path(FLAGS.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"plan_sample_{FLAGS.target}.md").write_text(report)
+    (out / f"plan_sample_{FLAGS.target}.json").write_text(json.dumps(rows, indent=1, default=str))
+    print(report)
+    print(f"wrote {out}/plan_sample_{FLAGS.target}.{{md,json}}")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    if _TPU:
+        _tpu_main()
+        return
     with cli.user_errors():
         _check_flags()
     if FLAGS.target != "cpu":

@@ -16,6 +16,13 @@ Shape of one RL step (paper: 8 samples, 256 new tokens, CodeContests prompts <= 
 ``--micro_batches`` micro-batches.  Layouts are named as in experiments/plan_memory.py; ``fsdp8``
 is what experiments/configs/base.py ships (mesh fsdp=-1). The planning itself is
 :mod:`maxk_jax.memory_plan`. Writes ``plan_train.{json,md,png}`` to ``--results_dir``.
+
+``--target=<TPU slice>`` (``v5e-16``, ``v6e-8``, ``v4-8``, ``v5p-8``, ...; needs libtpu, see
+docs/usage/tpu.md): the same programs compiled by XLA:TPU for the slice without a TPU
+(:mod:`maxk_jax.tpu_plan`), per chip against its HBM, with matmul FLOPs per step and the time floor
+at the chip's bf16 peak; writes ``plan_train_<slice>.{json,md}``::
+
+    PYTHONPATH=$LIBTPU_DIR .venv/bin/python -m experiments.plan_train --target=v6e-8
 """
 from __future__ import annotations
 
@@ -26,10 +33,16 @@ import tempfile  # isort: skip
 import sys  # isort: skip
 
 from maxk_jax.simulated_devices import devices_flag, request_cpu_devices  # isort: skip  (stdlib only)
+from maxk_jax.targets import tpu as tpu_targets  # isort: skip  (stdlib only)
 
 NUM_DEVICES = devices_flag(sys.argv[1:])   # --devices sizes the simulated CPU platform: before JAX starts
+_TPU = any(a.startswith("--target=") and tpu_targets.is_tpu_target(a.split("=", 1)[1]) for a in sys.argv[1:])
 _DUMP_DIR = tempfile.mkdtemp(prefix="plan_train_xla_")
-request_cpu_devices(NUM_DEVICES, f"--xla_dump_to={_DUMP_DIR} --xla_dump_hlo_module_re=^jit_(step|fn)$")
+if _TPU:   # the TPU compiler without a TPU: libtpu's environment, no CPU buffer-assignment dumps
+    tpu_targets.setup_environment()
+    request_cpu_devices(NUM_DEVICES)
+else:
+    request_cpu_devices(NUM_DEVICES, f"--xla_dump_to={_DUMP_DIR} --xla_dump_hlo_module_re=^jit_(step|fn)$")
 
 import json  # noqa: E402
 import pathlib  # noqa: E402
@@ -61,24 +74,29 @@ flags.DEFINE_bool("plan_sampler", True, "Also plan the rollout phase (rollout co
                   "print the whole RL step's peak per device.")
 flags.DEFINE_list("chip_gib", ["74.5:H100 80GB", "32:TPU v4 (32 GiB)", "16:TPU v5e (16 GiB)"],
                   "GiB:name of chips to check the step's peak against (85 %% of each).")
-flags.DEFINE_enum("target", "cpu", ["cpu", "h100"],
+flags.DEFINE_enum("target", "cpu", ["cpu", "h100", *tpu_targets.SLICES],
                   "cpu: the layouts on simulated CPU devices; h100: the train step alone on one deviceless H100 "
                   "(XLA:GPU's buffer assignment; needs the CUDA plugin, see docs/accelerators.md; --layouts, "
-                  "--plan_ref and --plan_sampler do not apply).")
+                  "--plan_ref and --plan_sampler do not apply); a TPU slice (v5e-16, v6e-8, v4-8, v5p-8, ...): "
+                  "the layouts (default fsdp<chips>) compiled by XLA:TPU for the slice's chips without a TPU "
+                  "(needs libtpu, see docs/accelerators.md), per-chip bytes against the chip's HBM, matmul FLOPs "
+                  "and the time floor at its bf16 peak (--devices and --chip_gib do not apply).")
 
 
-def step_peak_markdown(config: qwen2.Qwen2Config, rows: list[dict]) -> str:
-    """The whole RL step per device, phase by phase, for the first layout (the one whose
-    reference pass is planned): the train state and the KL reference weights live throughout;
-    the rollout phase adds the rollout copy, KV cache and decode temps (freed before the update);
-    the reference pass and the update add their own args and temps. Peak against each --chip_gib."""
+def step_phases(config: qwen2.Qwen2Config, rows: list[dict], devices: list | None = None
+                ) -> tuple[dict[str, int], dict]:
+    """({phase: bytes per device}, the rollout decode's plan row) of the whole RL step for the
+    first layout (the one whose reference pass is planned): the train state and the KL reference
+    weights live throughout; the rollout phase adds the rollout copy, KV cache and decode temps
+    (freed before the update); the reference pass and the update add their own args and temps.
+    ``devices``: those of the planned mesh (default JAX's simulated CPU devices)."""
     from maxk_jax import sample_plan
 
     train = rows[0]
     ref = next((r for r in rows if r["layout"].endswith("ref-logp pass")), None)
     cfg = config.replace(dtype=FLAGS.dtype)
     sample = sample_plan.plan_decode(cfg, train["layout"], "rollout", prompts=FLAGS.prompts, n=FLAGS.n,
-                                     prompt_len=FLAGS.prompt_len, new_tokens=FLAGS.completion_len)
+                                     prompt_len=FLAGS.prompt_len, new_tokens=FLAGS.completion_len, devices=devices)
     state = train["state_analytic"]
     ref_w = ref["state_analytic"] if ref else 0
     decode_temps = sample["temps"] - sample["cpu_weight_upcast"]
@@ -90,6 +108,13 @@ def step_peak_markdown(config: qwen2.Qwen2Config, rows: list[dict]) -> str:
         "update (reference + train step args + temps)": ref_w + train["args"] + train["temps"] - train["alias"]
         + train["outputs"],
     }
+    return phases, sample
+
+
+def step_peak_markdown(config: qwen2.Qwen2Config, rows: list[dict]) -> str:
+    """The whole RL step per device, phase by phase (:func:`step_phases`), peak against each --chip_gib."""
+    phases, sample = step_phases(config, rows)
+    train = rows[0]
     peak = max(phases.values())
     out = (f"\n**Whole RL step per device, {train['layout']}** (Adam mu {FLAGS.mu_dtype}, reference weights "
            f"{FLAGS.ref_dtype}, remat {FLAGS.remat}; rollout copy {sample['decode_mesh']}, decode and reference-pass "
@@ -144,19 +169,67 @@ def gpu_target(config: qwen2.Qwen2Config, cfg: training.StepConfig) -> None:
     shutil.rmtree(_DUMP_DIR, ignore_errors=True)
 
 
+def tpu_target(config: qwen2.Qwen2Config, cfg: training.StepConfig) -> None:
+    """--target=<TPU slice>: every layout's train step (and the first's reference pass and rollout
+    decode) compiled by XLA:TPU for the slice, per chip against its HBM (85 % rule), matmul FLOPs per
+    step (loops counted) and the time floor at the chip's bf16 peak. A program over HBM is a result
+    (the compiler's RESOURCE_EXHAUSTED), not an error."""
+    from maxk_jax import tpu_plan
+
+    b = FLAGS.prompts * FLAGS.n
+    with cli.user_errors():
+        slice_ = tpu_targets.get_slice(FLAGS.target)
+        layouts = FLAGS.layouts if FLAGS["layouts"].present else [f"fsdp{slice_.chips}"]
+        for layout in layouts:   # validate every layout before the first (slow) compile
+            sizes = memory_plan.layout_sizes(layout, slice_.chips)
+            cfg.check_batch(b, sizes["data"] * sizes["fsdp"])
+        devices = tpu_targets.devices(slice_)
+    plan = tpu_plan.plan_train(config, cfg, slice_, devices, layouts, sequences=b, prompt_len=FLAGS.prompt_len,
+                               completion_len=FLAGS.completion_len, mu_dtype=FLAGS.mu_dtype,
+                               ref_dtype=FLAGS.ref_dtype, plan_ref=FLAGS.plan_ref,
+                               phases=(lambda rows: step_phases(config, rows, tpu_plan.layout_devices(
+                                   devices, rows[0]["layout"]))) if FLAGS.plan_sampler else None)
+    header = (f"{FLAGS.preset} ({config.num_layers} layers): RL train_step ({FLAGS.estimator}, k={FLAGS.k}, KL beta "
+              f"{FLAGS.kl_beta}) on {b} sequences of {FLAGS.prompt_len}+{FLAGS.completion_len} tokens, "
+              f"{FLAGS.micro_batches} micro-batches; params {FLAGS.param_dtype}, compute {FLAGS.dtype}, remat "
+              f"{FLAGS.remat}, Adam (mu {FLAGS.mu_dtype}), reference weights {FLAGS.ref_dtype}; compiled by XLA:TPU "
+              f"for {slice_.name} ({slice_.chips} x {slice_.chip.kind}, {slice_.chip.hbm_gib:g} GiB HBM each) without "
+              "a TPU; per-chip bytes from compiled.memory_analysis() (state donated)")
+    table = tpu_plan.train_markdown(plan, header)
+    out = pathlib.Path(FLAGS.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"plan_train_{FLAGS.target}.md").write_text(table)
+    (out / f"plan_train_{FLAGS.target}.json").write_text(json.dumps(
+        {"header": header, "config": config.to_hf_dict(), "step_config": repr(cfg), **plan}, indent=2, default=str))
+    print(table)
+    print(f"wrote {out}/plan_train_{FLAGS.target}.{{md,json}}")
+    shutil.rmtree(_DUMP_DIR, ignore_errors=True)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     if FLAGS.devices != NUM_DEVICES:
         raise app.UsageError(f"--devices={FLAGS.devices} must be given as --devices=N (got {NUM_DEVICES} devices)")
-    config = memory_plan.config_from_flags(NUM_DEVICES)
     from maxk_jax.rl.losses import LossConfig
     from maxk_jax.sampling import SamplerSettings
+
+    if _TPU:   # the layouts are checked against the slice's chips (tpu_target)
+        with cli.user_errors():
+            config = memory_plan.planned_config(FLAGS.preset, layers=FLAGS.layers, dtype=FLAGS.dtype,
+                                                param_dtype=FLAGS.param_dtype, remat=FLAGS.remat,
+                                                attention=FLAGS.attention, attention_chunk=FLAGS.attention_chunk,
+                                                remat_policy=FLAGS.remat_policy)
+    else:
+        config = memory_plan.config_from_flags(NUM_DEVICES)
 
     cfg = training.StepConfig(estimator=FLAGS.estimator, k=FLAGS.k,
                               sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.completion_len),
                               loss=LossConfig(kind=training.loss_kind(FLAGS.estimator), kl_beta=FLAGS.kl_beta),
                               micro_batches=FLAGS.micro_batches)
+    if _TPU:
+        tpu_target(config, cfg)
+        return
     if FLAGS.target != "cpu":
         gpu_target(config, cfg)
         return
@@ -171,6 +244,8 @@ def main(argv: list[str]) -> None:
             config, cfg, layout, sequences=b, prompt_len=FLAGS.prompt_len,
             completion_len=FLAGS.completion_len, dump_dir=_DUMP_DIR, breakdown=FLAGS.breakdown,
             ref=FLAGS.plan_ref and i == 0, mu_dtype=FLAGS.mu_dtype, ref_dtype=FLAGS.ref_dtype)
+    for r in rows:
+        r.pop("hlo", None)   # the optimized HLO texts: not part of the written plan
     header = (f"{FLAGS.preset} ({config.num_layers} layers, {qwen2.param_count(config):,} params): RL "
               f"train_step ({FLAGS.estimator}, k={FLAGS.k}, {cfg.kind} loss, KL beta {FLAGS.kl_beta}) on "
               f"{FLAGS.prompts} prompts x n={FLAGS.n} = {b} sequences of {FLAGS.prompt_len}+"

@@ -28,9 +28,7 @@ text format, as the CUDA plugin reports it on that card.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-import math
 import os
 import pathlib
 import re
@@ -41,6 +39,11 @@ import jax
 import numpy as np
 
 from maxk_jax import memory_plan, sample_plan
+from maxk_jax.hlo_cost import (CALLS as _CALLS, SLICE_ROOTS, Computation as _Comp,  # noqa: F401
+                               fused_traffic as _fused_traffic, need as _need,
+                               operands as _operands, parse as _parse, root_op as _root_op,
+                               root_through_bitcasts as _root_through_bitcasts)
+from maxk_jax.hlo_cost import matmul_flops
 from maxk_jax import sharding as sh
 from maxk_jax.models import decode_attention, qwen2
 from maxk_jax.sampling import SamplerSettings, decode_loop
@@ -60,131 +63,6 @@ NOT_LAUNCHED = frozenset({
 PLUGIN_HINT = (f"a GPU plan needs the CUDA plugin for jax {jax.__version__}: pip install "
                f"'jax-cuda12-plugin[with-cuda]=={jax.__version__}' 'jax-cuda12-pjrt=={jax.__version__}' "
                "(what the cuda extra installs), then run with JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1")
-#: element-preserving ops a fused parameter may pass through before it is sliced
-PASS_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose"})
-SLICE_ROOTS = frozenset({"dynamic-slice", "slice", "copy"})
-_DIMS = re.compile(r"\[([\d,]*)\]")
-_CALLS = re.compile(r"calls=%?([\w.\-]+)")
-_OPERANDS = re.compile(r"%([\w.\-]+)")
-
-
-def _elements(shape: str) -> int:
-    """Element count of an array shape string: ``'bf16[2,3]{1,0}'`` -> 6."""
-    dims = _DIMS.search(shape)
-    return math.prod(int(d) for d in dims.group(1).split(",") if d) if dims else 1
-
-
-def _need(pattern: str, line: str) -> str:
-    m = re.search(pattern, line)
-    if m is None:
-        raise ValueError(f"malformed HLO line (no {pattern!r}): {line.strip()[:200]}")
-    return m.group(1)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Comp:
-    """One parsed computation: ordered instructions and name -> (shape, opcode, line)."""
-
-    instructions: list[tuple[str, str, str, str]]
-    by_name: dict[str, tuple[str, str, str]]
-
-    @property
-    def root(self) -> tuple[str, str, str]:
-        for name, shape, op, line in self.instructions:
-            if line.lstrip().startswith("ROOT "):
-                return shape, op, line
-        raise ValueError("computation without ROOT")
-
-
-def _parse(text: str) -> dict[str, _Comp]:
-    return {c: _Comp(ins, {n: (s, o, line) for n, s, o, line in ins})
-            for c, ins in memory_plan.parse_hlo(text).items()}
-
-
-def _operands(line: str) -> list[str]:
-    """Operand names of an instruction line (inside the opcode's parentheses)."""
-    start = re.search(r" [\w\-]+\(", line)
-    if start is None:
-        return []
-    depth, i = 0, start.end() - 1
-    for j in range(i, len(line)):
-        depth += {"(": 1, ")": -1}.get(line[j], 0)
-        if depth == 0:
-            return _OPERANDS.findall(line[i + 1:j])
-    return _OPERANDS.findall(line[i + 1:])
-
-
-def _root_through_bitcasts(comp: _Comp) -> tuple[str, str, str]:
-    """(shape of the ROOT, opcode, line) of the first op below a computation's ROOT that is not a
-    bitcast (a free reinterpretation)."""
-    shape, op, line = comp.root
-    while op == "bitcast" and _operands(line) and _operands(line)[0] in comp.by_name:
-        _, op, line = comp.by_name[_operands(line)[0]]
-    return shape, op, line
-
-
-def _root_op(comp: _Comp) -> tuple[str, str]:
-    """(shape, opcode) of a computation's ROOT, looking through bitcasts."""
-    return _root_through_bitcasts(comp)[:2]
-
-
-def _fused_traffic(comp: _Comp, operand_shapes: list[str]) -> tuple[int, int]:
-    """(bytes read, bytes written) by a fused computation with the given operand shapes: a
-    parameter used only as the source of slices / gathers (possibly through element-preserving ops:
-    ``PASS_THROUGH``) counts at their result size (in its own dtype); a
-    ``dynamic-update-slice`` root (or tuple of them) writes its update into its operand 0 in
-    place (that buffer is neither read nor written whole)."""
-    users: dict[str, list[tuple[str, str, str, list[str]]]] = {}
-    params: dict[int, str] = {}
-    for name, shape, op, line in comp.instructions:
-        if op == "parameter":
-            params[int(_need(r"parameter\((\d+)\)", line))] = name
-        for o in _operands(line):
-            users.setdefault(o, []).append((name, shape, op, _operands(line)))
-    root_shape, root_op, root_line = comp.root
-    roots = [(root_shape, root_op, _operands(root_line))]
-    if root_op == "tuple":
-        roots = [(comp.by_name[o][0], comp.by_name[o][1], _operands(comp.by_name[o][2])) for o in roots[0][2]
-                 if o in comp.by_name]
-    in_place, written = set(), 0
-    for shape, op, ops in roots:
-        if op == "dynamic-update-slice" and len(ops) > 1:
-            in_place.add(ops[0])
-            written += memory_plan.shape_bytes(comp.by_name[ops[1]][0]) if ops[1] in comp.by_name else 0
-        else:
-            written += memory_plan.shape_bytes(shape)
-    def sliced_elements(name: str, depth: int = 0) -> int | None:
-        """Elements of ``name`` the fusion reads when every path from it reaches a slice (through
-        element-preserving ops), else None (read whole). In-place update targets read nothing."""
-        uses = users.get(name, [])
-        if not uses or depth > 8:
-            return None
-        total = 0
-        for user, shape, op, ops in uses:
-            if op in ("dynamic-slice", "slice", "gather") and ops[0] == name:
-                total += _elements(shape)
-            elif op == "dynamic-update-slice" and ops[0] == name and name in in_place:
-                continue
-            elif op in PASS_THROUGH and len(ops) == 1:
-                inner = sliced_elements(user, depth + 1)
-                if inner is None:
-                    return None
-                total += inner
-            else:
-                return None
-        return total
-
-    read = 0
-    for i, shape in enumerate(operand_shapes):
-        name = params.get(i)
-        elements = sliced_elements(name) if name is not None else None
-        if elements is None:
-            read += memory_plan.shape_bytes(shape)
-        else:
-            read += elements * memory_plan.shape_bytes(shape) // max(_elements(shape), 1)
-    return read, written
-
-
 _ALIASED = re.compile(r"output_to_operand_aliasing=\{(.*?)\}, (?:[a-z_]+=|$)")
 _ARRAY_SHAPE = re.compile(r"[a-z]+[0-9]*\[[0-9,]*\](?:\{[^}]*\})?")
 
@@ -443,7 +321,8 @@ def gpu_train_memory(config: qwen2.Qwen2Config, step_config: Any, sequences: int
     """Compile the RL train step (``training.make_train_step``, Adam with first moment in
     ``mu_dtype``, donated state) on ``sequences`` rows of ``prompt_len + completion_len`` tokens for
     one deviceless ``target`` GPU -> its memory row (``memory_plan.memory_row``: per-device args,
-    outputs, temps, alias and ``total`` bytes, ``compile_s``) with ``target``, ``target_source``,
+    outputs, temps, alias and ``total`` bytes, ``compile_s``; ``matmul_flops`` per step,
+    :func:`maxk_jax.hlo_cost.matmul_flops`) with ``target``, ``target_source``,
     ``remat`` and ``remat_policy``. What a rematerialisation policy costs in memory on the card,
     before renting one (XLA:GPU's buffer assignment, not XLA:CPU's)."""
     if sequences < 1 or prompt_len < 1 or completion_len < 1:
@@ -451,5 +330,6 @@ def gpu_train_memory(config: qwen2.Qwen2Config, step_config: Any, sequences: int
                          f"{completion_len}")
     row, _ = memory_plan.compile_train_step(config, step_config, target_mesh(target), target, sequences=sequences,
                                             prompt_len=prompt_len, completion_len=completion_len, mu_dtype=mu_dtype)
+    row["matmul_flops"] = matmul_flops(row.pop("hlo"))["flops"]   # per device, loops counted
     return {**row, "target": target, "target_source": target_config(target)[1], "remat": config.remat,
             "remat_policy": config.remat_policy}

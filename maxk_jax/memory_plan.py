@@ -309,6 +309,11 @@ def outer_loop(comps: dict[str, list[tuple[str, str, str, str]]]) -> tuple[str, 
     return part("body", line), part("condition", line)
 
 
+def is_cpu_mesh(mesh: jax.sharding.Mesh) -> bool:
+    """Whether ``mesh``'s devices are CPU devices (where XLA:CPU's float32 weight copies exist)."""
+    return mesh.devices.flat[0].platform == "cpu"
+
+
 def cpu_weight_upcast(text: str, params: Any) -> int:
     """Bytes of float32 copies of bfloat16 weights in a compiled module: ``convert`` to f32 of a
     shape equal to a bf16 parameter's per-device shard, each parameter counted at most once (so at
@@ -339,23 +344,28 @@ def compile_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, mesh
     step = training.make_train_step(config, cfg, tx, mesh, shardings, schedule=schedule)
     t0 = time.perf_counter()
     compiled = step.lower(state, batch).compile()
-    return memory_row(name, compiled, time.perf_counter() - t0), (state, shardings, batch)
+    row = memory_row(name, compiled, time.perf_counter() - t0)
+    row["hlo"] = compiled.as_text()
+    return row, (state, shardings, batch)
 
 
 def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout: str, *,
                     sequences: int, prompt_len: int, completion_len: int, dump_dir: str,
                     breakdown: int, ref: bool, mu_dtype: str | None = None,
-                    ref_dtype: str | None = None) -> list[Row]:
+                    ref_dtype: str | None = None, devices: list[Any] | None = None) -> list[Row]:
     """AOT-compile the RL train step (Adam, lr 5e-6, first moment in ``mu_dtype``) on
     ``sequences`` rows of ``prompt_len + completion_len`` tokens for one layout -> [its row] (+ the
     reference log-prob pass's row when ``ref``, its weights stored in ``ref_dtype``, default the
     params'). Each row also has ``temp_breakdown`` (``breakdown`` largest temps, read from
-    ``dump_dir``) and ``state_analytic`` (bytes of this device's shard of the state / params)."""
-    mesh = sh.make_mesh(**parse_layout(layout))
+    ``dump_dir``; none when ``dump_dir`` is empty), ``state_analytic`` (bytes of this device's shard
+    of the state / params) and ``hlo`` (the optimized HLO text, e.g. for
+    :func:`maxk_jax.hlo_cost.matmul_flops`; callers drop it before writing rows out). ``devices``: the
+    mesh's devices (default all JAX's; e.g. a TPU slice's compile-only devices, :mod:`maxk_jax.targets.tpu`)."""
+    mesh = sh.make_mesh(**parse_layout(layout), devices=devices)
     row, (state, shardings, batch) = compile_train_step(config, cfg, mesh, layout, sequences=sequences,
                                                         prompt_len=prompt_len, completion_len=completion_len,
                                                         mu_dtype=mu_dtype)
-    row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_step", breakdown, config.vocab_size)
+    row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_step", breakdown, config.vocab_size) if dump_dir else None
     row["state_analytic"] = state_bytes_per_device(state)
     rows = [row]
     if ref:
@@ -365,9 +375,11 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
         t0 = time.perf_counter()
         compiled = fn.lower(ref_params, batch.replace(ref_logp=None)).compile()
         ref_row = memory_row(f"{layout} ref-logp pass", compiled, time.perf_counter() - t0)
-        ref_row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_fn", breakdown, config.vocab_size)
+        ref_row["temp_breakdown"] = temp_breakdown(dump_dir, "jit_fn", breakdown, config.vocab_size) if dump_dir else None
         ref_row["state_analytic"] = state_bytes_per_device(ref_params)
-        ref_row["cpu_weight_upcast"] = cpu_weight_upcast(compiled.as_text(), ref_params)
+        text = compiled.as_text()
+        ref_row["cpu_weight_upcast"] = cpu_weight_upcast(text, ref_params) if is_cpu_mesh(mesh) else 0
+        ref_row["hlo"] = text
         rows.append(ref_row)
     return rows
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from maxk_jax import memory_plan
 from maxk_jax import sharding as sh
-from maxk_jax.models import qwen2
+from maxk_jax.models import kv_cache, qwen2
 from maxk_jax.sampling import (SamplerSettings, batch_shards, cache_shardings, decode_loop, prompt_batch_bucket,
                                prompt_length_bucket, rollout_copy)
 
@@ -41,7 +41,10 @@ def loop_collectives(text: str) -> list[dict[str, Any]]:
     """Collectives executed per iteration of the outermost ``while`` loop of an HLO module with
     the largest body (the decode loop): one entry per collective instruction, ``{"op", "shape",
     "bytes" (result bytes per device), "times" (executions per iteration: product of the trip
-    counts of the nested loops it sits in), "where"}``. [] when the loop body has none."""
+    counts of the nested loops it sits in, :func:`maxk_jax.hlo_cost.trip_count`), "where"}``. [] when the
+    loop body has none."""
+    from maxk_jax import hlo_cost
+
     comps = memory_plan.parse_hlo(text)
     outer, cond = memory_plan.outer_loop(comps)
     out: list[dict[str, Any]] = []
@@ -55,9 +58,10 @@ def loop_collectives(text: str) -> list[dict[str, Any]]:
                 out.append({"op": base, "shape": shape, "bytes": memory_plan.shape_bytes(shape), "times": times,
                             "where": comp})
             if op == "while":
-                trip = memory_plan.TRIP.search(line)
                 body = re.search(r"body=%?([\w.\-]+)", line).group(1)
-                walk(body, times * (int(trip.group(1)) if trip else 1), seen | {comp})
+                cond_name = re.search(r"condition=%?([\w.\-]+)", line).group(1)
+                trips = hlo_cost.trip_count(line, comps.get(cond_name, []), comps.get(body, []))   # TPU prints none
+                walk(body, times * (trips or 1), seen | {comp})
             else:
                 for called in memory_plan.called_computations(line):
                     walk(called, times, seen | {comp})
@@ -107,13 +111,20 @@ def abstract_decode_inputs(config: qwen2.Qwen2Config, settings: SamplerSettings,
 
 
 def plan_decode(config: qwen2.Qwen2Config, layout: str, params_layout: str, *, prompts: int, n: int,
-                prompt_len: int, new_tokens: int) -> dict[str, Any]:
+                prompt_len: int, new_tokens: int, devices: list[Any] | None = None) -> dict[str, Any]:
     """AOT-compile the sampler's decode loop for ``prompts`` x ``n`` rows of a ``prompt_len``-token
     prompt (bucketed as the sampler does) and ``new_tokens`` new tokens on mesh ``layout`` with
     ``params_layout`` weights -> a row: per-device bytes (``weights``, ``kv_cache``, ``args``,
     ``temps``), ``collectives`` (:func:`loop_collectives`), ``collective_bytes_per_token``,
-    ``weight_bytes_bf16`` (whole model), ``compile_s``."""
-    mesh = sh.make_mesh(**memory_plan.parse_layout(layout))
+    ``weight_bytes_bf16`` (whole model), ``compile_s``, ``matmul_flops`` (per device, the loop at
+    its ``new_tokens`` bound), ``cpu_weight_upcast`` (XLA:CPU's float32
+    copies of bf16 weights; 0 off CPU) and, on TPU devices, ``tpu_step`` (per decode step:
+    :func:`maxk_jax.hlo_cost.tpu_step_traffic` without its op list; the attention's live-block
+    loop at its average trips, ``kv_cache.mean_live_blocks``). ``devices``: the mesh's devices
+    (default all JAX's; e.g. a TPU slice's compile-only devices)."""
+    from maxk_jax import hlo_cost
+
+    mesh = sh.make_mesh(**memory_plan.parse_layout(layout), devices=devices)
     if params_layout == "rollout":
         mesh = rollout_copy.RolloutLayout.create(config, mesh).mesh
     settings = SamplerSettings(n=n, max_new_tokens=new_tokens)
@@ -133,7 +144,12 @@ def plan_decode(config: qwen2.Qwen2Config, layout: str, params_layout: str, *, p
         weight_bytes_bf16=2 * qwen2.param_count(config),
         collectives=collectives,
         collective_bytes_per_token=int(sum(c["bytes"] * c["times"] for c in collectives)),
-        cpu_weight_upcast=memory_plan.cpu_weight_upcast(text, params))
+        cpu_weight_upcast=memory_plan.cpu_weight_upcast(text, params) if memory_plan.is_cpu_mesh(mesh) else 0)
+    row["matmul_flops"] = hlo_cost.matmul_flops(text)["flops"]   # the decode loop at its new_tokens bound
+    if mesh.devices.flat[0].platform == "tpu":
+        # the decode attention's loop over live own-cache blocks: its average trips over the steps
+        step = hlo_cost.tpu_step_traffic(text, dynamic_trips=kv_cache.mean_live_blocks(new_tokens))
+        row["tpu_step"] = {k: v for k, v in step.items() if k != "traffic"}
     return row
 
 

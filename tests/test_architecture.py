@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # A unit may import only units of the same or an earlier stage.
 STAGE = {
     "sharding": 0, "multihost": 0, "checkpoint": 0, "config_overrides": 0, "cli": 0, "models": 0, "data": 0,
-    "preflight": 0, "fields": 0, "simulated_devices": 0, "machine": 0, "trace_summary": 0,
+    "preflight": 0, "fields": 0, "simulated_devices": 0, "machine": 0, "trace_summary": 0, "targets": 0,
     "sampling": 1,
     "execution": 2,
     "judging": 3,
@@ -22,7 +22,8 @@ STAGE = {
     "rl.training": 6, "rl.exactness": 6,
     "rl.rollout": 7, "rl.warmup": 7, "rl.metrics_log": 7, "rl.run_config": 7, "rl.config_dict": 7,
     "rl.loop": 7, "rl.producer": 7, "rl.method": 7,
-    "memory_plan": 7, "sample_plan": 7, "gpu_plan": 7, "step_roofline": 7, "rl.bench": 7,
+    "memory_plan": 7, "sample_plan": 7, "gpu_plan": 7, "hlo_cost": 7, "tpu_plan": 7, "step_roofline": 7,
+    "rl.bench": 7,
     "pipelines": 8,
 }
 

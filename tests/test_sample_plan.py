@@ -131,3 +131,12 @@ def test_cli_gpu_target_without_the_plugin_says_what_to_install(tmp_path):
     out = _plan("--target=h100", "--presets=qwen2.5-coder-1.5b", f"--results_dir={tmp_path}/r")
     assert out.returncode == 2 and "jax-cuda12-plugin" in out.stderr and len(out.stderr.splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_cli_tpu_target_without_libtpu_says_what_to_install(tmp_path):
+    from maxk_jax.targets import tpu
+    if tpu.libtpu_available():
+        pytest.skip("libtpu is installed here (tests/targets/test_tpu.py compiles for TPU)")
+    out = _plan("--target=v5e-1", "--presets=qwen2.5-coder-1.5b", f"--results_dir={tmp_path}/r")
+    assert out.returncode == 2 and "libtpu==0.0.42" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert not (tmp_path / "r").exists()

@@ -1,4 +1,4 @@
-"""The one-token decode step over per-layer weights: the layers unrolled, each reading its own arrays.
+"""Decoding over per-layer weights: the prefill and the one-token step with the layers unrolled.
 
 Training and prefill run the L decoder layers as one ``nn.scan`` over weights stacked ``[L, ...]``.
 Inside the sampler's decode ``while_loop`` that structure costs a copy per layer and step on GPU:
@@ -11,7 +11,16 @@ holds one array per layer (:class:`maxk_jax.models.kv_cache.KVCache`), read and 
 too. Every layer runs the same :class:`maxk_jax.models.qwen2.DecoderLayer` as the scanned model, so
 the logits equal ``qwen2``'s for the same weights (float32 bit for bit; see the tests).
 
+**One copy of the weights.** Splitting stacked weights inside a jitted program makes a second copy
+of every layer weight for the program's duration (the stacked argument stays alive beside its
+slices): 7B on one TPU v6e then needs twice its weight bytes. Weights that are already per-layer
+(the rollout copy, :meth:`maxk_jax.sampling.rollout_copy.RolloutLayout.copy`, or
+``unstack_layers`` called once outside ``jit``, after which the caller drops the stacked tree) are
+used as they are: :func:`prefill` runs the prompt through them unrolled too, and
+:func:`maxk_jax.sampling.generate` then holds one copy.
+
     layered = unstack_layers(params)                      # params["layers"]: a tuple of L trees
+    last, cache = prefill(config, layered, tokens, mask, cache, last_only=True)
     logits, cache = decode_step(config, layered, tokens, positions, cache)   # or stacked params
 """
 from __future__ import annotations
@@ -44,6 +53,46 @@ def unstack_layers(params: Params) -> Params:
     layers = params["layers"]
     num = jax.tree.leaves(layers)[0].shape[0]
     return {**params, "layers": tuple(jax.tree.map(lambda x, i=i: x[i], layers) for i in range(num))}
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames="last_only")
+def prefill(config: qwen2.Qwen2Config, params: Params, tokens: jax.Array, attention_mask: jax.Array,
+            cache: KVCache, *, last_only: bool = False) -> tuple[jax.Array, KVCache]:
+    """:func:`maxk_jax.models.qwen2.prefill` with the layers unrolled over per-layer weights
+    (:func:`unstack_layers`; stacked params go to ``qwen2.prefill``, which scans them): P prompts
+    [P,T] (left-padded, mask [P,T]) through the cache's prompt block -> (float32 logits [P,T,V],
+    ``last_only``: [P,V]; the cache with prompt slots 0..T-1 filled, ``prompt_valid[:, :T] =
+    mask``, ``length = 0``). The same layers, in the same order, as the scanned prefill: the same
+    values (float32 bit for bit, see the tests)."""
+    if not is_unstacked(params):
+        return qwen2.prefill(config, params, tokens, attention_mask, cache, last_only=last_only)
+    mask = qwen2.check_tokens(tokens, attention_mask)
+    b, t = tokens.shape
+    if cache.prompt_k[0].shape[0] != b:
+        raise ValueError(f"cache prompt batch {cache.prompt_k[0].shape[0]} != tokens batch {b}")
+    if t > cache.prompt_len:
+        raise ValueError(f"prompt length {t} exceeds cache prompt_len {cache.prompt_len}")
+    if len(params["layers"]) != cache.num_layers:
+        raise ValueError(f"params have {len(params['layers'])} layers, the cache {cache.num_layers}")
+    h = nn.with_logical_constraint(qwen2.Embed(config).apply({"params": params["embed"]}, tokens), qwen2.ACT_BTE)
+    rope = qwen2.rope_tables(qwen2.positions_from_mask(mask), config.head_dim_, config.rope_theta)
+    causal = qwen2.causal_mask(mask)
+    layer = qwen2.DecoderLayer(config, "prefill")
+    ks, vs = [], []
+    for i, layer_params in enumerate(params["layers"]):
+        h, (k_i, v_i) = layer.apply({"params": layer_params}, h, None, rope, causal)
+        # [P,T,K,D] -> [P,K,T,D], written into prompt slots 0..T-1 of layer i
+        ks.append(jax.lax.dynamic_update_slice(cache.prompt_k[i], k_i.swapaxes(1, 2).astype(cache.prompt_k[i].dtype),
+                                               (0, 0, 0, 0)))
+        vs.append(jax.lax.dynamic_update_slice(cache.prompt_v[i], v_i.swapaxes(1, 2).astype(cache.prompt_v[i].dtype),
+                                               (0, 0, 0, 0)))
+    if last_only:
+        h = h[:, -1:]
+    out = qwen2.output_logits(config, params, h)
+    valid = jax.lax.dynamic_update_slice(jnp.zeros_like(cache.prompt_valid), mask, (0, 0))
+    out = out[:, -1] if last_only else out
+    return out, cache.replace(prompt_k=tuple(ks), prompt_v=tuple(vs), prompt_valid=valid,
+                              length=jnp.zeros((), jnp.int32))
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=("head",))

@@ -108,9 +108,15 @@ def cache_logical_axes(num_layers: int) -> KVCache:
                    k=kv, v=kv, length=jax.sharding.PartitionSpec())
 
 
+#: Own-cache slots per block of :func:`attend_decode`'s live-slot path (TPU): a step reads on average
+#: about half a block more than its live slots.
+LIVE_BLOCK = 32
+
+
 def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array,
                   prompt_v: jax.Array, prompt_valid: jax.Array, cache_k: jax.Array,
-                  cache_v: jax.Array, valid: jax.Array) -> jax.Array:
+                  cache_v: jax.Array, valid: jax.Array, live: bool | None = None,
+                  block: int = LIVE_BLOCK) -> jax.Array:
     """One-token GQA attention over a shared prompt block, the row's own cache and the token.
 
     q [B,H,D], k_new/v_new [B,K,D] (this token, not yet in the cache); prompt_k/prompt_v
@@ -123,7 +129,18 @@ def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     so no row is empty. Scores and softmax in float32; K and V are read in their own dtype by
     matmuls accumulating in float32 (with bfloat16 K/V the probabilities enter the V products
     rounded to bfloat16, as in flash attention), so no float32 copy of the cache is made.
+
+    ``live`` (default: when compiling for TPU, :func:`maxk_jax.models.attention.context_platform`)
+    with a shared ``valid`` [S]: the own cache is read only up to its last valid slot, in blocks of
+    ``block`` slots by a loop of ``ceil(live slots / block)`` trips (:func:`_attend_live`; equal up
+    to float rounding). Elsewhere every slot is read and the invalid ones masked.
     """
+    from maxk_jax.models.attention import context_platform
+
+    if live is None:
+        live = context_platform() == "tpu"
+    if live and valid.ndim == 1:
+        return _attend_live(q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v, valid, block)
     b, h, d = q.shape
     p, kv, _, _ = prompt_k.shape
     if b % p:
@@ -159,3 +176,62 @@ def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
                            preferred_element_type=f32)
     out = (out + p_self[..., None] * v_new[:, :, None, :].astype(f32)) / denom[..., None]
     return out.astype(q.dtype).reshape(b, h, d)
+
+
+def _attend_live(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array, prompt_v: jax.Array,
+                 prompt_valid: jax.Array, cache_k: jax.Array, cache_v: jax.Array, valid: jax.Array,
+                 block: int) -> jax.Array:
+    """:func:`attend_decode` reading only the own-cache blocks up to the last valid slot of
+    ``valid`` [S]: the prompt block and the token itself first, then an online softmax (running
+    max, denominator and weighted sum, as flash attention) over ``ceil(live / block)`` blocks of
+    ``block`` slots, each a ``dynamic_slice`` of cache_k / cache_v [B,K,S,D] (the last block
+    starts at ``S - block`` and masks the slots earlier blocks read). Same shapes and dtypes."""
+    b, h, d = q.shape
+    p, kv, _, _ = prompt_k.shape
+    if b % p:
+        raise ValueError(f"attend_decode: {b} query rows are not a multiple of {p} prompts")
+    n, g, slots = b // p, h // kv, cache_k.shape[2]
+    bk = min(block, slots)
+    qg = q.reshape(b, kv, g, d)
+    scale = d ** -0.5
+    neg = jnp.finfo(jnp.float32).min
+    f32 = jnp.float32
+    s_prompt = jnp.einsum("pnkgd,pksd->pkngs", qg.reshape(p, n, kv, g, d), prompt_k,
+                          preferred_element_type=f32) * scale
+    s_prompt = jnp.where(prompt_valid[:, None, None, None, :], s_prompt, neg)
+    s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=f32) * scale
+    m = jnp.maximum(jnp.max(s_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g), s_self)
+    m_pkng = m.reshape(p, n, kv, g).transpose(0, 2, 1, 3)
+    p_prompt = jnp.exp(s_prompt - m_pkng[..., None])
+    p_self = jnp.exp(s_self - m)
+    denom = jnp.sum(p_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g) + p_self
+    acc = jnp.einsum("pkngs,pksd->pkngd", p_prompt.astype(prompt_v.dtype), prompt_v, preferred_element_type=f32)
+    acc = acc.transpose(0, 2, 1, 3, 4).reshape(b, kv, g, d) + p_self[..., None] * v_new[:, :, None, :].astype(f32)
+    # live slots: up to the last valid one
+    live = jnp.where(jnp.any(valid), slots - jnp.argmax(valid[::-1]), 0)
+
+    def body(i: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
+        m, denom, acc = carry
+        start = jnp.minimum(i * bk, slots - bk)
+        k_blk = jax.lax.dynamic_slice_in_dim(cache_k, start, bk, axis=2)
+        v_blk = jax.lax.dynamic_slice_in_dim(cache_v, start, bk, axis=2)
+        slot = start + jnp.arange(bk)
+        ok = (jax.lax.dynamic_slice_in_dim(valid, start, bk) & (slot >= i * bk))[None, None, None, :]
+        s = jnp.where(ok, jnp.einsum("bkgd,bksd->bkgs", qg, k_blk, preferred_element_type=f32) * scale, neg)
+        m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+        corr = jnp.exp(m - m_new)
+        pr = jnp.exp(s - m_new[..., None])
+        acc = acc * corr[..., None] + jnp.einsum("bkgs,bksd->bkgd", pr.astype(cache_v.dtype), v_blk,
+                                                 preferred_element_type=f32)
+        return m_new, denom * corr + jnp.sum(pr, axis=-1), acc
+
+    m, denom, acc = jax.lax.fori_loop(0, (live + bk - 1) // bk, body, (m, denom, acc))
+    return (acc / denom[..., None]).astype(q.dtype).reshape(b, h, d)
+
+
+def mean_live_blocks(new_tokens: int, block: int = LIVE_BLOCK) -> float:
+    """Own-cache blocks :func:`attend_decode`'s live-slot path reads per decode step, averaged over
+    the ``new_tokens - 1`` steps of a sample (step t sees t live slots of ``max(new_tokens - 1, 1)``)."""
+    slots = max(new_tokens - 1, 1)
+    bk = min(block, slots)
+    return sum(-(-t // bk) for t in range(new_tokens - 1)) / max(new_tokens - 1, 1)

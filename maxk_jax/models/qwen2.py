@@ -407,7 +407,9 @@ def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
 
 
-def _check_tokens(tokens: jax.Array, attention_mask: jax.Array | None) -> jax.Array:
+def check_tokens(tokens: jax.Array, attention_mask: jax.Array | None) -> jax.Array:
+    """tokens [B,T] and attention_mask [B,T] (or None: all real) -> the mask as bool [B,T];
+    ValueError naming a wrong shape."""
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be [B, T], got shape {tokens.shape}")
     if attention_mask is None:
@@ -418,11 +420,14 @@ def _check_tokens(tokens: jax.Array, attention_mask: jax.Array | None) -> jax.Ar
     return attention_mask.astype(jnp.bool_)
 
 
-def _causal_mask(mask: jax.Array) -> jax.Array:
+def causal_mask(mask: jax.Array) -> jax.Array:
     """[B,T] key validity -> [B,T,T] bool: query t sees real keys s <= t."""
     t = mask.shape[1]
     causal = jnp.tril(jnp.ones((t, t), jnp.bool_))
     return causal[None] & mask[:, None, :]
+
+
+_check_tokens, _causal_mask = check_tokens, causal_mask   # the names this module's callers use
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -26,10 +26,14 @@ How it runs (two jit-compiled functions, config and :class:`SamplerSettings` sta
    attends to the row's prompt (read from the shared block by an einsum that broadcasts over
    the n samples, never an n-fold copy) and to its own generated slots under ONE softmax
    (:func:`maxk_jax.models.kv_cache.attend_decode`): exactly attention over prompt + completion.
-   Before the loop the layer weights are split once into per-layer arrays
-   (:func:`maxk_jax.models.decode.unstack_layers`) and every step runs the layers unrolled over
-   them, so no step copies a weight or a cache block (on GPU a scanned layer loop copied ~1.1x the
-   weight bytes per token). The price: a second copy of the layer weights for the call's duration.
+   Every step runs the layers unrolled over per-layer weights
+   (:func:`maxk_jax.models.decode.unstack_layers`), so no step copies a weight or a cache block (on
+   GPU a scanned layer loop copied ~1.1x the weight bytes per token). Per-layer ``params`` (the
+   rollout copy, :meth:`maxk_jax.sampling.rollout_copy.RolloutLayout.copy`, or ``unstack_layers``
+   called once outside ``jit``) are used as they are, by the prefill too
+   (:func:`maxk_jax.models.decode.prefill`): the call holds ONE copy of the weights. Stacked
+   ``params`` (the trainer's ``[L, ...]`` leaves) are split inside the decode program, a second copy
+   of the layer weights for its duration.
    With ``Qwen2Config.decode_draw="pallas"`` (plain temperature sampling, threefry keys, one device)
    the LM head and the draw run as one kernel per vocabulary tile, without a logits array
    (:mod:`maxk_jax.sampling.lm_head_draw`; the same draw up to the rounding of the logits).
@@ -260,7 +264,7 @@ def prefill_prompts(config: qwen2.Qwen2Config, settings: SamplerSettings, mesh: 
     pb, tp = tokens.shape
     cache = _constrain_cache(qwen2.init_cache(config, pb, tp, max(settings.max_new_tokens - 1, 1),
                                               settings.n), mesh)
-    last, cache = qwen2.prefill(config, params, tokens, mask, cache, last_only=True)
+    last, cache = decode.prefill(config, params, tokens, mask, cache, last_only=True)   # stacked: qwen2.prefill
     last = _constrain(jnp.repeat(last, settings.n, axis=0), mesh)
     return last, _constrain_cache(cache, mesh)
 

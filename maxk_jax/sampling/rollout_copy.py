@@ -17,6 +17,10 @@ cast-and-reshard (:meth:`RolloutLayout.copy`), on a **rollout mesh** over the sa
   between devices inside the decode loop), tensor-parallel over ``tensor`` (heads, KV heads, MLP
   and vocabulary axes). The loop's only collectives are the activations' all-reduces of
   tensor parallelism and the gather of each row's logits before drawing a token.
+* **per-layer weights**: ``copy["layers"]`` is a tuple of L per-layer trees
+  (:func:`maxk_jax.models.decode.unstack_layers`'s form), split by the same program that casts and
+  reshards, so the decode loop and the prefill use them as they are: one copy of the weights per
+  ``generate`` call (splitting stacked weights inside the decode program would hold a second one).
 * **dtype**: the model's compute dtype by default (bf16 for the accelerator presets, float32 for
   the CPU configs). The model casts every parameter to its compute dtype before use, so the copy
   gives the same logits as decoding from the trainer's weights (up to the reduction order of a
@@ -50,7 +54,7 @@ from jax.sharding import AxisType, Mesh
 
 from maxk_jax import sharding as sharding_lib
 from maxk_jax import multihost
-from maxk_jax.models import qwen2
+from maxk_jax.models import decode, qwen2
 
 Params = Any
 
@@ -86,6 +90,35 @@ def rollout_mesh(config: qwen2.Qwen2Config, mesh: Mesh, max_tensor: int = 0) -> 
     return Mesh(devices.reshape(shape), sharding_lib.MESH_AXES, axis_types=(AxisType.Auto,) * 3)
 
 
+def layer_shardings(stacked: Params, num_layers: int) -> Params:
+    """Shardings of stacked params (``layers`` leaves ``[L, ...]``) -> those of their per-layer
+    form (:func:`maxk_jax.models.decode.unstack_layers`): ``layers`` becomes a tuple of
+    ``num_layers`` trees whose specs drop the leading layer axis (never split: it is the scan's)."""
+    def one(s: jax.sharding.NamedSharding) -> jax.sharding.NamedSharding:
+        if len(s.spec) and s.spec[0] is not None:
+            raise ValueError(f"a stacked layer weight is split over its layer axis ({s.spec}); the rollout "
+                             "copy keeps whole layers per device")
+        return jax.sharding.NamedSharding(s.mesh, jax.sharding.PartitionSpec(*s.spec[1:]))
+    per_layer = jax.tree.map(one, stacked["layers"])
+    return {**stacked, "layers": tuple(per_layer for _ in range(num_layers))}
+
+
+def _send_each(p: Params, stacked: Params, per_layer: Params, send: Any) -> Params:
+    """``send(leaf, sharding)`` (a cast whole replica put onto the rollout devices) for every leaf
+    of stacked params ``p``, one leaf at a time; each ``layers`` leaf is split into its L per-layer
+    arrays (on ``per_layer``'s shardings) right away and its stacked replica dropped, so at most one
+    leaf's extra bytes are alive."""
+    num_layers = len(per_layer["layers"])
+
+    def split(x: jax.Array, sh: Any, layer_sh: Any) -> list[jax.Array]:
+        whole = send(x, sh)
+        return jax.block_until_ready([jax.device_put(whole[i], layer_sh) for i in range(num_layers)])
+    parts = jax.tree.map(split, p["layers"], stacked["layers"], per_layer["layers"][0])
+    others = {k: jax.tree.map(send, v, stacked[k]) for k, v in p.items() if k != "layers"}
+    return {**others, "layers": tuple(jax.tree.map(lambda ps, i=i: ps[i], parts, is_leaf=lambda x: isinstance(x, list))
+                                      for i in range(num_layers))}
+
+
 def rollout_dtype(config: qwen2.Qwen2Config, dtype: str = "auto") -> jnp.dtype:
     """The copy's dtype: "auto" = the model's compute dtype (the model casts to it anyway), or
     "bfloat16" / "float32". ValueError names any other value."""
@@ -116,11 +149,13 @@ class RolloutLayout:
         target = rollout_dtype(config, dtype)
         own = mesh if devices is None else sharding_lib.make_mesh(-1, 1, 1, devices=devices)
         rmesh = rollout_mesh(config, own, max_tensor)
-        shardings = sharding_lib.param_shardings(rmesh, qwen2.logical_axes(config), qwen2.abstract_params(config),
-                                                 DECODE_RULES)
+        stacked = sharding_lib.param_shardings(rmesh, qwen2.logical_axes(config), qwen2.abstract_params(config),
+                                               DECODE_RULES)
+        shardings = layer_shardings(stacked, config.num_layers)
         cast = lambda p: jax.tree.map(lambda x: x.astype(target), p)  # noqa: E731
         if set(rmesh.devices.flat) == set(np.asarray(mesh.devices).flat):
-            jitted = jax.jit(cast, out_shardings=shardings)
+            # cast, reshard and split into per-layer arrays in one program: its outputs are the copy
+            jitted = jax.jit(lambda p: decode.unstack_layers(cast(p)), out_shardings=shardings)
         elif multihost.spans_processes(mesh) and not multihost.spans_processes(rmesh):
             # the learner spans processes, each host's rollout is local: one weight at a time, the learner's
             # program gathers its cast copy whole onto every host's learner devices, and each host sends its
@@ -128,11 +163,12 @@ class RolloutLayout:
             # asynchronous: without the wait every weight's gather could be in flight at once)
             whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
             cast_whole = jax.jit(lambda x: x.astype(target), out_shardings=whole)
-            jitted = lambda p: jax.tree.map(  # noqa: E731
-                lambda x, sh: jax.block_until_ready(jax.device_put(cast_whole(x).addressable_data(0), sh)),
-                p, shardings)
-        else:   # cast where the params live (a program spans one device set), then send the cast copy over
-            cast_here = jax.jit(cast)
+            # (then each stacked leaf is split on the rollout devices and dropped: one leaf's extra bytes at a time)
+            send = lambda x, sh: jax.block_until_ready(  # noqa: E731
+                jax.device_put(cast_whole(x).addressable_data(0), sh))
+            jitted = lambda p: _send_each(p, stacked, shardings, send)  # noqa: E731
+        else:   # cast and split where the params live (a program spans one device set), then send the copy over
+            cast_here = jax.jit(lambda p: decode.unstack_layers(cast(p)))
             jitted = lambda p: jax.device_put(cast_here(p), shardings)  # noqa: E731
         return cls(config=config, mesh=rmesh, dtype=target, shardings=shardings, jitted_copy=jitted)
 
@@ -142,13 +178,17 @@ class RolloutLayout:
         return self.mesh.shape["tensor"]
 
     def abstract(self) -> Params:
-        """The copy as sharded ``jax.ShapeDtypeStruct``s (AOT plans: no weights needed)."""
-        return jax.tree.map(lambda s, d: jax.ShapeDtypeStruct(s.shape, self.dtype, sharding=d),
-                            qwen2.abstract_params(self.config), self.shardings)
+        """The copy as sharded ``jax.ShapeDtypeStruct``s, per-layer like :meth:`copy`'s (AOT plans:
+        no weights needed)."""
+        shapes = jax.eval_shape(decode.unstack_layers, qwen2.abstract_params(self.config))
+        return jax.tree.map(lambda s, d: jax.ShapeDtypeStruct(s.shape, self.dtype, sharding=d), shapes,
+                            self.shardings)
 
     def copy(self, params: Params) -> Params:
-        """params (on the learner's mesh, any float dtype) -> the rollout copy: every leaf cast to
-        ``dtype`` and resharded onto ``shardings`` by one jitted program, or, on a rollout sub-mesh,
+        """params (on the learner's mesh, any float dtype, stacked ``[L, ...]`` layers) -> the
+        rollout copy: every leaf cast to ``dtype``, resharded onto ``shardings`` and the layers split
+        into a tuple of per-layer trees (:func:`maxk_jax.models.decode.unstack_layers`) by one jitted
+        program, or, on a rollout sub-mesh,
         cast on the learner's devices and sent to the rollout's (``jax.device_put``; nothing
         donated: the trainer keeps its params)."""
         return self.jitted_copy(params)

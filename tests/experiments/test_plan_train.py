@@ -63,3 +63,19 @@ def test_plan_train_for_a_deviceless_h100(tmp_path):
     row = json.loads((tmp_path / "plan_train_h100.json").read_text())["row"]
     assert row["remat_policy"] == "dots" and row["total"] > row["args"] > 0 and row["target"] == "h100"
     assert "| H100 80GB |" in (tmp_path / "plan_train_h100.md").read_text()
+
+
+def test_plan_train_tpu_target_checks_the_layout_then_needs_libtpu(tmp_path):
+    """--target=<TPU slice>: a layout that does not use the slice's chips is refused in one line
+    before anything compiles; without libtpu the refusal names what to install."""
+    from maxk_jax.targets import tpu
+    base = [sys.executable, "-m", "experiments.plan_train", "--target=v5e-4", "--preset=qwen2.5-coder-0.5b",
+            "--layers=1", "--prompts=2", "--n=4", "--prompt_len=32", "--completion_len=32", "--micro_batches=1",
+            f"--results_dir={tmp_path}/r"]
+    out = subprocess.run(base + ["--layouts=fsdp8"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "fsdp8" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    if tpu.libtpu_available():
+        return
+    out = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "libtpu==0.0.42" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()

@@ -123,3 +123,76 @@ def test_generate_draws_what_the_scanned_decode_loop_draws(dtype):
         np.testing.assert_array_equal(np.asarray(out.logprobs), np.asarray(logprobs))
     else:
         np.testing.assert_allclose(np.asarray(out.logprobs), np.asarray(logprobs), rtol=0, atol=2e-2)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_prefill_over_layers_equals_the_scanned_prefill(tie):
+    config = _config(tie_word_embeddings=tie)
+    params = qwen2.init_params(config, jax.random.key(4))
+    rng = np.random.default_rng(1)
+    tokens = jnp.asarray(rng.integers(3, config.vocab_size, (2, 8)), jnp.int32)
+    mask = jnp.asarray(np.arange(8)[None] >= np.array([[0], [5]]))
+    cache = qwen2.init_cache(config, 2, 8, 3, 2)
+    for last_only in (True, False):
+        want = qwen2.prefill(config, params, tokens, mask, cache, last_only=last_only)
+        got = decode.prefill(config, decode.unstack_layers(params), tokens, mask, cache, last_only=last_only)
+        chex.assert_trees_all_equal(got, want)          # float32: bit for bit, logits and cache
+    # stacked params go to the scanned prefill as they are
+    chex.assert_trees_all_equal(decode.prefill(config, params, tokens, mask, cache), qwen2.prefill(
+        config, params, tokens, mask, cache))
+    short = {**decode.unstack_layers(params), "layers": decode.unstack_layers(params)["layers"][:2]}
+    with pytest.raises(ValueError, match="params have 2 layers, the cache 3"):
+        decode.prefill(config, short, tokens, mask, cache)
+
+
+def test_generate_from_per_layer_weights_draws_what_stacked_weights_draw():
+    """The one-copy path (per-layer weights, as the rollout copy hands them) gives the same tokens
+    and log-probs as the stacked path (split inside the decode program) for the same keys."""
+    config = _config()
+    params = qwen2.init_params(config, jax.random.key(5))
+    kw = dict(n=3, max_new_tokens=7, key=jax.random.key(8), temperature=0.8, top_p=0.9, eos_id=3)
+    want = sampling.generate(config, params, [[5, 6, 7], [9, 10, 11, 12]], **kw)
+    got = sampling.generate(config, decode.unstack_layers(params), [[5, 6, 7], [9, 10, 11, 12]], **kw)
+    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(want.tokens))
+    np.testing.assert_array_equal(np.asarray(got.logprobs), np.asarray(want.logprobs))
+    np.testing.assert_array_equal(np.asarray(got.lengths), np.asarray(want.lengths))
+
+
+def test_decode_program_holds_no_second_copy_of_per_layer_weights():
+    """The compiled decode loop's temporaries: stacked weights are split inside the program (a copy
+    of the layer weights); per-layer weights are read as they are (temporaries far below them)."""
+    config = _config(hidden_size=64, intermediate_size=256, num_layers=4, vocab_size=64)
+    settings = sampling.SamplerSettings(n=2, max_new_tokens=4)
+    stacked = jax.eval_shape(lambda: qwen2.init_params(config, jax.random.key(0)))
+    layered = jax.eval_shape(decode.unstack_layers, stacked)
+    layer_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(stacked["layers"]))
+    first, cache = jax.eval_shape(lambda: _sampler.prefill_prompts(
+        config, settings, None, qwen2.init_params(config, jax.random.key(0)), jnp.ones((2, 16), jnp.int32),
+        jnp.ones((2, 16), bool)))
+    b = first.shape[0]
+    args = (first, cache, jax.eval_shape(lambda: jax.random.split(jax.random.key(0), b)),
+            jax.ShapeDtypeStruct((b,), jnp.int32), jax.ShapeDtypeStruct((b,), bool),
+            jax.ShapeDtypeStruct((8,), jnp.int32), jax.ShapeDtypeStruct((), jnp.int32))
+
+    def temps(params):
+        return _sampler.decode_loop.lower(config, settings, None, params, *args).compile(
+        ).memory_analysis().temp_size_in_bytes
+
+    assert temps(stacked) >= layer_bytes                 # the split: a second copy of the layer weights
+    assert temps(layered) < layer_bytes // 4             # none
+
+
+@pytest.mark.slow
+def test_generate_with_the_tpu_live_slot_attention_draws_the_same_tokens(monkeypatch):
+    """The decode attention TPU compiles (own cache read up to the live slots, kv_cache._attend_live),
+    forced on CPU: the same tokens, log-probs equal to float rounding."""
+    config = _config()
+    params = qwen2.init_params(config, jax.random.key(6))
+    kw = dict(n=2, max_new_tokens=9, key=jax.random.key(9), temperature=0.8)
+    want = sampling.generate(config, params, [[5, 6, 7], [9, 10]], **kw)
+    monkeypatch.setattr(qwen2, "attend_decode", functools.partial(qwen2.attend_decode, live=True, block=4))
+    jax.clear_caches()
+    got = sampling.generate(config, params, [[5, 6, 7], [9, 10]], **kw)
+    jax.clear_caches()
+    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(want.tokens))
+    np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(want.logprobs), rtol=0, atol=1e-5)

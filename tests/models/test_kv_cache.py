@@ -67,3 +67,59 @@ def test_write_slot_writes_one_slot_and_drops_past_the_end():
     np.testing.assert_array_equal(got[:, :, 1], new)
     np.testing.assert_array_equal(got[:, :, [0, 2]], 0)
     np.testing.assert_array_equal(kv_cache.write_slot(block, new, jnp.int32(3)), block)   # length == S: dropped
+
+
+def _attend_inputs(rng, p=2, n=3, h=4, kv=2, tp=5, s=7, d=8):
+    b = p * n
+    q, k_new, v_new = (jnp.asarray(rng.normal(size=shape), jnp.float32)
+                       for shape in ((b, h, d), (b, kv, d), (b, kv, d)))
+    pk, pv = (jnp.asarray(rng.normal(size=(p, kv, tp, d)), jnp.float32) for _ in range(2))
+    ck, cv = (jnp.asarray(rng.normal(size=(b, kv, s, d)), jnp.float32) for _ in range(2))
+    prompt_valid = jnp.asarray(rng.random((p, tp)) < 0.7)
+    return q, k_new, v_new, pk, pv, prompt_valid, ck, cv
+
+
+@pytest.mark.parametrize("length, block", [(0, 3), (4, 3), (7, 3), (6, 4),
+                                           *(pytest.param(*c, marks=pytest.mark.slow)
+                                             for c in [(1, 3), (3, 3), (5, 7), (2, 64)])])
+def test_live_slot_path_equals_reading_every_slot(length, block):
+    """The TPU path (own cache read in blocks up to the live slots, online softmax) gives the full
+    path's values; the last block overlaps the previous one when block does not divide S."""
+    rng = np.random.default_rng(length * 10 + block)
+    args = _attend_inputs(rng)
+    s = args[-1].shape[2]
+    for valid in (jnp.arange(s) < length, jnp.asarray(rng.random(s) < 0.5) & (jnp.arange(s) < length)):
+        want = kv_cache.attend_decode(*args, valid, live=False)
+        got = kv_cache.attend_decode(*args, valid, live=True, block=block)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_live_slot_path_never_reads_blocks_past_the_live_slots():
+    """NaN in the own-cache blocks after the live ones: the full path reads them (0 x NaN = NaN),
+    the live path does not touch them."""
+    q, k_new, v_new, pk, pv, prompt_valid, ck, cv = _attend_inputs(np.random.default_rng(3), s=12)
+    valid = jnp.arange(12) < 5                          # live: blocks 0, 1 of 3 slots (slots 0..5)
+    ck, cv = ck.at[:, :, 6:].set(jnp.nan), cv.at[:, :, 6:].set(jnp.nan)
+    args = (q, k_new, v_new, pk, pv, prompt_valid, ck, cv, valid)
+    assert np.isnan(np.asarray(kv_cache.attend_decode(*args, live=False))).all()
+    got = kv_cache.attend_decode(*args, live=True, block=3)
+    want = kv_cache.attend_decode(q, k_new, v_new, pk, pv, prompt_valid, ck[:, :, :6], cv[:, :, :6], valid[:6],
+                                  live=False)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_live_slot_path_is_the_default_only_when_compiling_for_tpu(monkeypatch):
+    from maxk_jax.models import attention
+    calls = []
+    monkeypatch.setattr(kv_cache, "_attend_live", lambda *a: calls.append(a) or a[0])
+    args = _attend_inputs(np.random.default_rng(0))
+    kv_cache.attend_decode(*args, jnp.arange(7) < 3)
+    assert not calls                                    # CPU: every slot, as before
+    monkeypatch.setattr(attention, "context_platform", lambda: "tpu")
+    kv_cache.attend_decode(*args, jnp.arange(7) < 3)
+    assert len(calls) == 1
+
+
+def test_mean_live_blocks():
+    assert kv_cache.mean_live_blocks(5, block=2) == (0 + 1 + 1 + 2) / 4       # steps see 0, 1, 2, 3 live slots
+    assert kv_cache.mean_live_blocks(1) == 0.0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from maxk_jax import sharding
-from maxk_jax.models import qwen2
+from maxk_jax.models import decode, qwen2
 from maxk_jax.sampling import generate
 from maxk_jax.sampling.rollout_copy import (RolloutLayout, rollout_dtype, rollout_mesh,
                                             rollout_tensor_size)
@@ -51,8 +51,13 @@ def test_copy_dtype_and_layout():
         assert leaf.dtype == jnp.bfloat16, path
         spec = leaf.sharding.spec
         assert "fsdp" not in jax.tree.leaves(tuple(spec)) and "data" not in jax.tree.leaves(tuple(spec)), (path, spec)
-    wq = copy["layers"]["attn"]["q_kernel"]            # [L, E, H, D]: heads over tensor
-    assert wq.sharding.shard_shape(wq.shape) == (2, 32, 2, 8)
+    assert decode.is_unstacked(copy) and len(copy["layers"]) == config.num_layers   # per-layer, as decoding reads it
+    wq = copy["layers"][1]["attn"]["q_kernel"]         # [E, H, D]: heads over tensor
+    assert wq.sharding.shard_shape(wq.shape) == (32, 2, 8)
+    for i in range(config.num_layers):                 # layer i of the copy = layer i of the params, cast
+        np.testing.assert_array_equal(np.asarray(copy["layers"][i]["mlp"]["up_kernel"]),
+                                      np.asarray(params["layers"]["mlp"]["up_kernel"][i].astype(jnp.bfloat16)))
+    assert jax.tree.structure(layout.abstract()) == jax.tree.structure(copy)
     assert layout.bytes_per_device() == sum(
         int(np.prod(x.sharding.shard_shape(x.shape))) * 2 for x in jax.tree.leaves(copy))
     f32 = RolloutLayout.create(_config(), mesh)        # float32 compute: the copy keeps float32
