@@ -200,25 +200,11 @@ def matmul_peak(size: int) -> dict[str, float]:
     return {k: 2.0 * size ** 3 / v for k, v in best.items()}
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    if FLAGS.warmup < 1 or FLAGS.steps < 1 or FLAGS.rounds < 1:
-        raise ValueError(f"--warmup={FLAGS.warmup}, --steps={FLAGS.steps} and --rounds={FLAGS.rounds} "
-                         "must be >= 1")
+def behaviour_logp(config: Any, params: Any, data: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """Behaviour log-probs [B, T] float32: the current policy's (one train-step log-prob pass) plus
+    uniform noise in [-0.3, 0.3] on completion tokens, so some tokens fall outside the trust region."""
     from maxk_jax import sharding
     from maxk_jax.rl import training
-    from maxk_jax.models import convert, qwen2
-
-    config = qwen2.Qwen2Config(vocab_size=FLAGS.vocab, hidden_size=FLAGS.hidden,
-                               intermediate_size=4 * FLAGS.hidden, num_layers=FLAGS.layers,
-                               num_heads=FLAGS.heads, num_kv_heads=FLAGS.kv_heads, rope_theta=10000.0,
-                               max_position_embeddings=max(256, FLAGS.prompt_len + FLAGS.completion_len),
-                               pad_token_id=0)
-    params = qwen2.init_params(config, jax.random.key(FLAGS.seed))
-    rng = np.random.default_rng(FLAGS.seed)
-    data = make_batch(rng, FLAGS.prompts, FLAGS.n, FLAGS.prompt_len, FLAGS.completion_len, FLAGS.vocab)
-    # behaviour log-probs = current policy's + noise, so some tokens fall outside the trust region
     from maxk_jax.sampling import SamplerSettings
 
     cfg = training.StepConfig(estimator="grpo", k=1,
@@ -230,7 +216,61 @@ def main(argv: list[str]) -> None:
                            rewards=data["rewards"], valid=np.ones(b, bool), answer_ids=np.zeros(b, np.int32))
     _, sh = training.abstract_train_state(config, optax.adam(1e-3), mesh)
     lp = np.asarray(training.make_logprob_fn(config, cfg, mesh, sh.params)(params, sharding.shard_batch(probe, mesh)))
-    old_logp = np.where(data["completion_mask"], lp + rng.uniform(-0.3, 0.3, lp.shape), 0.0).astype(np.float32)
+    return np.where(data["completion_mask"], lp + rng.uniform(-0.3, 0.3, lp.shape), 0.0).astype(np.float32)
+
+
+def plot(path: pathlib.Path, ours: float, ref: float, params: int, tokens: float) -> None:
+    """The two sides' sequence tokens / s as a bar chart (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.bar(["maxk_jax train_step", "PyTorch / transformers"], [ours, ref], color=["C0", "C1"])
+    ax.set_ylabel("sequence tokens / s")
+    ax.set_title(f"GRPO train step, {params:,} params, {int(tokens)} tokens/step\n"
+                 f"ratio {ours / ref:.2f}x", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report(result: dict[str, Any], sides: dict[str, dict[str, Any]], b: int, s_len: int, out: pathlib.Path) -> None:
+    """The console summary: sizes, the matmul peak, one table row per side, the ratio and its rounds."""
+    peak, tokens, flops = result["matmul_peak_flops"], result["tokens_per_step"], result["model_flops_per_step"]
+    ours, ref = sides["jax"]["tokens_per_s"], sides["torch"]["tokens_per_s"]
+    print(f"params {result['params']:,}; batch {b} x {s_len} = {int(tokens)} tokens/step; "
+          f"{flops / 1e9:.1f} model GFLOP/step; matmul peak {max(peak.values()) / 1e9:.1f} GFLOP/s "
+          f"(jax {peak['jax'] / 1e9:.1f}, torch {peak['torch'] / 1e9:.1f})")
+    print("| side | step s (median of rounds) | tokens/s | MFU | step-0 loss |\n|---|---:|---:|---:|---:|")
+    for name, label in (("jax", "maxk_jax"), ("torch", f"PyTorch ({FLAGS.torch_attn}, logits_to_keep)")):
+        r = sides[name]
+        print(f"| {label} | {r['step_s']:.4f} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} | "
+              f"{r['loss_step0']:.6f} |")
+    print(f"ratio ours / PyTorch: {ours / ref:.2f}x (rounds: "
+          f"{', '.join(f'{x:.2f}' for x in result['round_ratios'])}; first JAX call incl. compile: "
+          f"{sides['jax']['first_call_s']:.1f} s; step-0 loss |diff| {result['loss_step0_abs_diff']:.2e}; "
+          f"load avg {' '.join(f'{x:.2f}' for x in result['load_avg'])}); wrote {out}/bench_train.{{json,png}}")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    if FLAGS.warmup < 1 or FLAGS.steps < 1 or FLAGS.rounds < 1:
+        raise ValueError(f"--warmup={FLAGS.warmup}, --steps={FLAGS.steps} and --rounds={FLAGS.rounds} "
+                         "must be >= 1")
+    from maxk_jax.models import convert, qwen2
+
+    config = qwen2.Qwen2Config(vocab_size=FLAGS.vocab, hidden_size=FLAGS.hidden,
+                               intermediate_size=4 * FLAGS.hidden, num_layers=FLAGS.layers,
+                               num_heads=FLAGS.heads, num_kv_heads=FLAGS.kv_heads, rope_theta=10000.0,
+                               max_position_embeddings=max(256, FLAGS.prompt_len + FLAGS.completion_len),
+                               pad_token_id=0)
+    params = qwen2.init_params(config, jax.random.key(FLAGS.seed))
+    rng = np.random.default_rng(FLAGS.seed)
+    data = make_batch(rng, FLAGS.prompts, FLAGS.n, FLAGS.prompt_len, FLAGS.completion_len, FLAGS.vocab)
+    old_logp = behaviour_logp(config, params, data, rng)
 
     with tempfile.TemporaryDirectory() as tmp:
         convert.save_hf(config, params, tmp)
@@ -242,7 +282,7 @@ def main(argv: list[str]) -> None:
         times["jax"].append(jax_res["run"](FLAGS.steps))
     peak = matmul_peak(FLAGS.peak_size)
     peak_flops = max(peak.values())
-    s_len = data["tokens"].shape[1]
+    b, s_len = data["tokens"].shape
     flops = model_flops(config, b, s_len, FLAGS.completion_len)
     tokens = float(data["tokens"].size)
     sides = {}
@@ -266,31 +306,8 @@ def main(argv: list[str]) -> None:
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench_train.json").write_text(json.dumps(result, indent=2))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.bar(["maxk_jax train_step", "PyTorch / transformers"], [ours, ref], color=["C0", "C1"])
-    ax.set_ylabel("sequence tokens / s")
-    ax.set_title(f"GRPO train step, {result['params']:,} params, {int(tokens)} tokens/step\n"
-                 f"ratio {ours / ref:.2f}x", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "bench_train.png", dpi=120)
-    plt.close(fig)
-    print(f"params {result['params']:,}; batch {b} x {s_len} = {int(tokens)} tokens/step; "
-          f"{flops / 1e9:.1f} model GFLOP/step; matmul peak {peak_flops / 1e9:.1f} GFLOP/s "
-          f"(jax {peak['jax'] / 1e9:.1f}, torch {peak['torch'] / 1e9:.1f})")
-    print("| side | step s (median of rounds) | tokens/s | MFU | step-0 loss |\n|---|---:|---:|---:|---:|")
-    for name, label in (("jax", "maxk_jax"), ("torch", f"PyTorch ({FLAGS.torch_attn}, logits_to_keep)")):
-        r = sides[name]
-        print(f"| {label} | {r['step_s']:.4f} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} | "
-              f"{r['loss_step0']:.6f} |")
-    print(f"ratio ours / PyTorch: {ours / ref:.2f}x (rounds: "
-          f"{', '.join(f'{x:.2f}' for x in result['round_ratios'])}; first JAX call incl. compile: "
-          f"{jax_res['first_call_s']:.1f} s; step-0 loss |diff| {result['loss_step0_abs_diff']:.2e}; "
-          f"load avg {' '.join(f'{x:.2f}' for x in result['load_avg'])}); wrote {out}/bench_train.{{json,png}}")
+    plot(out / "bench_train.png", ours, ref, result["params"], tokens)
+    report(result, sides, b, s_len, out)
 
 if __name__ == "__main__":
     cli.run_main(main)

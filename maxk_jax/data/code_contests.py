@@ -149,23 +149,9 @@ def load_code_contests(path: str | None = None, split: str = "train", *,
     Returns:
       (problems, LoadReport) -- the report counts the pooled upstream rows.
     """
-    if split not in ("train", "test", "all"):
-        raise ValueError(f"code_contests split must be 'train', 'test' or 'all', got {split!r}")
-    bad_groups = [g for g in test_groups if g not in TEST_GROUPS]
-    if bad_groups or not test_groups:
-        raise ValueError(f"test_groups must be a non-empty subset of {TEST_GROUPS}, got {list(test_groups)!r}")
-    if max_tests is not None and (isinstance(max_tests, bool) or not isinstance(max_tests, int) or max_tests < 1):
-        raise ValueError(f"max_tests must be a positive int or None, got {max_tests!r}")
-    if max_prompt_tokens is not None and (not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1):
-        raise ValueError(f"max_prompt_tokens must be a positive int or None, got {max_prompt_tokens!r}")
-    if not (isinstance(time_limit_scale, (int, float)) and time_limit_scale > 0):
-        raise ValueError(f"time_limit_scale must be > 0, got {time_limit_scale!r}")
-    if isinstance(max_difficulty, bool) or not isinstance(max_difficulty, int):
-        raise ValueError(f"max_difficulty must be an int enum value, got {max_difficulty!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an int (the split is deterministic in it), got {seed!r}")
-    if not upstream_splits:
-        raise ValueError("upstream_splits must name at least one upstream split")
+    _check_load_args(split, upstream_splits=upstream_splits, max_difficulty=max_difficulty,
+                     max_prompt_tokens=max_prompt_tokens, seed=seed, test_groups=test_groups,
+                     max_tests=max_tests, time_limit_scale=time_limit_scale)
     source = path or HUB_NAME
     report = LoadReport("code_contests", str(source), split, params={
         "upstream_splits": list(upstream_splits), "max_difficulty": max_difficulty,
@@ -183,44 +169,20 @@ def load_code_contests(path: str | None = None, split: str = "train", *,
             report.n_rows += 1
             name = row.get("name") if isinstance(row, dict) else None
             try:
-                if not isinstance(name, str) or not name.strip() or not isinstance(row.get("description"), str) \
-                        or not row["description"].strip():
-                    raise _RowError("malformed_row")
-                difficulty = _difficulty(row.get("difficulty"))
-                if difficulty > max_difficulty:
-                    raise _RowError("difficulty_above_max")
-                if (row.get("input_file") or "").strip() or (row.get("output_file") or "").strip():
-                    raise _RowError("file_io")
-                tests, capped = select_tests(row, test_groups, max_tests)
-                if not tests:
-                    raise _RowError("no_tests")
-                if max_prompt_tokens is not None:
-                    if token_count is None:
-                        unchecked += 1
-                    elif token_count(row["description"]) > max_prompt_tokens:
-                        raise _RowError("prompt_too_long")
-                pid = f"code_contests/{name.strip()}"
-                if pid in seen:
-                    raise _RowError("duplicate_id")
+                pid, difficulty, tests, capped, checked = _screen_row(
+                    row, name, seen, max_difficulty=max_difficulty, test_groups=test_groups, max_tests=max_tests,
+                    max_prompt_tokens=max_prompt_tokens, token_count=token_count)
             except _RowError as e:
                 report.skip(e.reason, name)
                 continue
+            unchecked += not checked
             seen.add(pid)
             limits, defaulted = _limits(row, time_limit_scale, default_limits)
             if capped:
                 report.count("tests_capped")
             if defaulted:
                 report.count("default_limits")
-            kept.append(Problem(
-                id=pid, source="code_contests", prompt=row["description"],
-                tests=StdioTests(tuple(StdioCase(i, o) for i, o in tests)), limits=limits,
-                difficulty=difficulty,
-                metadata={"name": name, "upstream_split": up, "source": _int_or_none(row.get("source")),
-                          "difficulty_name": DIFFICULTY_NAMES.get(difficulty),
-                          "cf_contest_id": _int_or_none(row.get("cf_contest_id")),
-                          "cf_index": row.get("cf_index") or None, "cf_rating": _int_or_none(row.get("cf_rating")),
-                          "cf_tags": list(row.get("cf_tags") or []),
-                          "n_upstream_tests": {g: _group_size(row, g) for g in TEST_GROUPS}}))
+            kept.append(_problem(row, pid, name, up, difficulty, tests, limits))
             report.n_kept += 1
     if max_prompt_tokens is not None and token_count is None:
         report.count("token_filter_unchecked", unchecked)
@@ -234,6 +196,72 @@ def load_code_contests(path: str | None = None, split: str = "train", *,
         report.count("split_test", len(test))
         out = train if split == "train" else test
     return out, report.finalize(len(out))
+
+
+def _check_load_args(split: str, *, upstream_splits: Sequence[str], max_difficulty: int,
+                     max_prompt_tokens: int | None, seed: int, test_groups: Sequence[str], max_tests: int | None,
+                     time_limit_scale: float) -> None:
+    """`load_code_contests`'s argument checks: one clear ValueError naming the bad value, before any read."""
+    if split not in ("train", "test", "all"):
+        raise ValueError(f"code_contests split must be 'train', 'test' or 'all', got {split!r}")
+    bad_groups = [g for g in test_groups if g not in TEST_GROUPS]
+    if bad_groups or not test_groups:
+        raise ValueError(f"test_groups must be a non-empty subset of {TEST_GROUPS}, got {list(test_groups)!r}")
+    if max_tests is not None and (isinstance(max_tests, bool) or not isinstance(max_tests, int) or max_tests < 1):
+        raise ValueError(f"max_tests must be a positive int or None, got {max_tests!r}")
+    if max_prompt_tokens is not None and (not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1):
+        raise ValueError(f"max_prompt_tokens must be a positive int or None, got {max_prompt_tokens!r}")
+    if not (isinstance(time_limit_scale, (int, float)) and time_limit_scale > 0):
+        raise ValueError(f"time_limit_scale must be > 0, got {time_limit_scale!r}")
+    if isinstance(max_difficulty, bool) or not isinstance(max_difficulty, int):
+        raise ValueError(f"max_difficulty must be an int enum value, got {max_difficulty!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int (the split is deterministic in it), got {seed!r}")
+    if not upstream_splits:
+        raise ValueError("upstream_splits must name at least one upstream split")
+
+
+def _screen_row(row: Any, name: Any, seen: set[str], *, max_difficulty: int, test_groups: Sequence[str],
+                max_tests: int | None, max_prompt_tokens: int | None,
+                token_count: Callable[[str], int] | None) -> tuple[str, int, list, bool, bool]:
+    """The paper's filters on one upstream row: (id, difficulty, reward tests, tests capped, prompt length
+    checked), or `_RowError` naming why the row is skipped."""
+    if not isinstance(name, str) or not name.strip() or not isinstance(row.get("description"), str) \
+            or not row["description"].strip():
+        raise _RowError("malformed_row")
+    difficulty = _difficulty(row.get("difficulty"))
+    if difficulty > max_difficulty:
+        raise _RowError("difficulty_above_max")
+    if (row.get("input_file") or "").strip() or (row.get("output_file") or "").strip():
+        raise _RowError("file_io")
+    tests, capped = select_tests(row, test_groups, max_tests)
+    if not tests:
+        raise _RowError("no_tests")
+    checked = True
+    if max_prompt_tokens is not None:
+        if token_count is None:
+            checked = False
+        elif token_count(row["description"]) > max_prompt_tokens:
+            raise _RowError("prompt_too_long")
+    pid = f"code_contests/{name.strip()}"
+    if pid in seen:
+        raise _RowError("duplicate_id")
+    return pid, difficulty, tests, capped, checked
+
+
+def _problem(row: Mapping[str, Any], pid: str, name: str, upstream_split: str, difficulty: int,
+             tests: Sequence[tuple[str, str]], limits: Limits) -> Problem:
+    """A kept row as a `Problem` (stdin/stdout tests; upstream metadata kept for the record)."""
+    return Problem(
+        id=pid, source="code_contests", prompt=row["description"],
+        tests=StdioTests(tuple(StdioCase(i, o) for i, o in tests)), limits=limits,
+        difficulty=difficulty,
+        metadata={"name": name, "upstream_split": upstream_split, "source": _int_or_none(row.get("source")),
+                  "difficulty_name": DIFFICULTY_NAMES.get(difficulty),
+                  "cf_contest_id": _int_or_none(row.get("cf_contest_id")),
+                  "cf_index": row.get("cf_index") or None, "cf_rating": _int_or_none(row.get("cf_rating")),
+                  "cf_tags": list(row.get("cf_tags") or []),
+                  "n_upstream_tests": {g: _group_size(row, g) for g in TEST_GROUPS}})
 
 
 def _group_size(row: Mapping[str, Any], name: str) -> int | None:

@@ -147,36 +147,16 @@ def load_codeforces(path: str | None = None, split: str = "test", *,
     for row in progress(rows, "codeforces"):
         report.n_rows += 1
         pid_up = row.get("id") if isinstance(row, dict) else None
-        if not isinstance(pid_up, str) or not pid_up.strip() or not isinstance(row.get("description"), str) \
-                or not row["description"].strip():
-            report.skip("malformed_row", pid_up)
-            continue
-        if (row.get("interaction_format") or "").strip():
-            report.skip("interactive", pid_up)
-            continue
-        if row.get("input_mode") not in (None, "", "stdio"):
-            report.skip("file_io", pid_up)
-            continue
-        if (row.get("generated_checker") or "").strip() and not keep_checker_problems:
-            report.skip("needs_checker", pid_up)
-            continue
-        if row.get("executable") is False:
-            report.skip("not_executable", pid_up)
-            continue
-        try:
-            tests, capped = _tests(row, test_groups, max_tests)
-        except ValueError:
-            report.skip("malformed_tests", pid_up)
-            continue
-        if not tests:
-            report.skip("no_tests", pid_up)
-            continue
-        keys = {pid_up.strip(), *[a.strip() for a in (row.get("aliases") or []) if isinstance(a, str)]}
-        if keys & cc_ids:
-            report.skip("overlap_code_contests_id", pid_up)
-            continue
-        if normalize_title(row.get("title") or "") in cc_titles:
-            report.skip("overlap_code_contests_name", pid_up)
+        reason = _format_skip(row, pid_up, keep_checker_problems)
+        if reason is None:
+            try:
+                tests, capped = _tests(row, test_groups, max_tests)
+            except ValueError:
+                reason = "malformed_tests"
+            else:
+                reason = "no_tests" if not tests else _overlap(row, pid_up, cc_ids, cc_titles)
+        if reason is not None:
+            report.skip(reason, pid_up)
             continue
         pid = f"codeforces/{pid_up.strip()}"
         if not report.keep_new(pid, seen, pid_up):
@@ -185,24 +165,60 @@ def load_codeforces(path: str | None = None, split: str = "test", *,
             report.count("tests_capped")
         if not row.get("official_tests_complete", True):
             report.count("official_tests_incomplete")
-        tl, ml = row.get("time_limit"), row.get("memory_limit")
-        if tl and ml and tl > 0 and ml > 0:
-            limits = Limits.from_time_memory(float(tl) * time_limit_scale, float(ml))
-        else:
-            limits = default_limits
+        limits, defaulted = _limits(row, time_limit_scale, default_limits)
+        if defaulted:
             report.count("default_limits")
-        problems.append(Problem(
-            id=pid, source="codeforces", prompt=format_statement(row),
-            tests=StdioTests(tuple(StdioCase(i, o) for i, o in tests)), limits=limits,
-            difficulty=_rating(row.get("rating")),
-            metadata={"contest_id": row.get("contest_id"), "index": row.get("index"), "title": row.get("title"),
-                      "aliases": list(row.get("aliases") or []), "tags": list(row.get("tags") or []),
-                      "official_tests_complete": row.get("official_tests_complete"),
-                      "has_checker": bool((row.get("generated_checker") or "").strip())}))
+        problems.append(_problem(row, pid, tests, limits))
         report.n_kept += 1
     removed = report.skipped["overlap_code_contests_id"] + report.skipped["overlap_code_contests_name"]
     report.count("overlap_removed", removed)
     return problems, report.finalize(len(problems))
+
+
+def _format_skip(row: Any, pid_up: Any, keep_checker_problems: bool) -> str | None:
+    """Why a row cannot be judged by stdin/stdout comparison (the skip reason), or None when it can."""
+    if not isinstance(pid_up, str) or not pid_up.strip() or not isinstance(row.get("description"), str) \
+            or not row["description"].strip():
+        return "malformed_row"
+    if (row.get("interaction_format") or "").strip():
+        return "interactive"
+    if row.get("input_mode") not in (None, "", "stdio"):
+        return "file_io"
+    if (row.get("generated_checker") or "").strip() and not keep_checker_problems:
+        return "needs_checker"
+    if row.get("executable") is False:
+        return "not_executable"
+    return None
+
+
+def _overlap(row: Mapping[str, Any], pid_up: str, cc_ids: set[str], cc_titles: set[str]) -> str | None:
+    """Whether a row is a CodeContests problem (by id / alias, else by normalised title), as a skip reason."""
+    keys = {pid_up.strip(), *[a.strip() for a in (row.get("aliases") or []) if isinstance(a, str)]}
+    if keys & cc_ids:
+        return "overlap_code_contests_id"
+    if normalize_title(row.get("title") or "") in cc_titles:
+        return "overlap_code_contests_name"
+    return None
+
+
+def _limits(row: Mapping[str, Any], scale: float, default: Limits) -> tuple[Limits, bool]:
+    """The row's limits (time scaled by `scale`), or (`default`, True) when it gives none."""
+    tl, ml = row.get("time_limit"), row.get("memory_limit")
+    if tl and ml and tl > 0 and ml > 0:
+        return Limits.from_time_memory(float(tl) * scale, float(ml)), False
+    return default, True
+
+
+def _problem(row: Mapping[str, Any], pid: str, tests: Sequence[tuple[str, str]], limits: Limits) -> Problem:
+    """A kept row as a `Problem` (stdin/stdout tests, the statement formatted, upstream metadata)."""
+    return Problem(
+        id=pid, source="codeforces", prompt=format_statement(row),
+        tests=StdioTests(tuple(StdioCase(i, o) for i, o in tests)), limits=limits,
+        difficulty=_rating(row.get("rating")),
+        metadata={"contest_id": row.get("contest_id"), "index": row.get("index"), "title": row.get("title"),
+                  "aliases": list(row.get("aliases") or []), "tags": list(row.get("tags") or []),
+                  "official_tests_complete": row.get("official_tests_complete"),
+                  "has_checker": bool((row.get("generated_checker") or "").strip())})
 
 
 def _rating(value: Any) -> int | None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import jax
 import numpy as np
@@ -344,21 +344,10 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     `on_result` sees every result in index order. ``done`` is taken from process 0. With
     ``count == 1`` no collective is issued (each process evaluates everything on its own).
     """
-    problems = list(problems)
-    if not problems:
-        raise ValueError("no problems to evaluate")
-    bad = [i for i, p in enumerate(problems) if not isinstance(p, Problem)]
-    if bad:
-        raise ValueError(f"problems[{bad[0]}] is a {type(problems[bad[0]]).__name__}, expected Problem")
-    if len({p.id for p in problems}) != len(problems):
-        raise ValueError("problem ids are not unique")
-    if not isinstance(key, jax.Array):
-        raise ValueError(f"key must be a jax PRNG key array (jax.random.key(seed)), got {type(key).__name__}")
-    if not isinstance(options, EvalOptions):
-        raise ValueError(f"options must be an EvalOptions, got {type(options).__name__}")
+    problems = _checked_problems(problems, key, options)
     n = _positive_int(n, "n")
     ks = check_ks(default_ks(n) if options.ks is None else options.ks, n)
-    index, count = options.host
+    count = options.host[1]
     batch_size, fail_on_excluded, keep_completions = options.batch_size, options.fail_on_excluded, options.keep_completions
     if count > 1:   # every host resumes from process 0's finished results
         from maxk_jax.multihost import broadcast_object
@@ -374,18 +363,10 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     def collect(future: concurrent.futures.Future) -> None:
         new = future.result()
         if count > 1:   # every host's new results, merged in index order
-            from maxk_jax.multihost import allgather_objects
-
-            merged = {}
-            for part in allgather_objects([r.to_json() for r in new]):
-                for obj in part:
-                    merged.setdefault(int(obj["index"]), obj)   # replicated hosts: first copy
-            new = [ProblemResult.from_json(merged[i]) for i in sorted(merged)]
+            new = _allgathered(new)
         for r in new:
             if fail_on_excluded and r.n < r.n_sampled:
-                bad_status = sorted(set(r.statuses) - {"ok"})
-                raise RuntimeError(f"problem {r.problem_id!r}: {r.n_sampled - r.n} of {r.n_sampled} samples could "
-                                   f"not be judged (status {bad_status}) and fail_on_excluded is set")
+                _refuse_excluded(r)
             finished[r.index] = r
             if on_result is not None:
                 on_result(r)
@@ -401,10 +382,7 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
                 todo = [slot for slot, i in enumerate(group.indices) if i not in finished]
                 if not todo:
                     continue
-                calls = host_calls(group, n, index, count)
-                comps = sample_calls(source, problems, calls, key, n)
-                if count > 1 and group.chunks != (n,):   # samples split: the problem's host judges it
-                    comps = {i: c for i, c in _gather_samples(comps, index).items() if i % count == index}
+                comps = _sample_group(source, problems, group, key, n, options.host)
                 idx = [i for i in sorted(comps) if i not in finished]
                 job = pool.submit(judge_completions, executor, [problems[i] for i in idx], idx,
                                   [comps[i] for i in idx], **judge_kw)
@@ -440,3 +418,51 @@ def evaluate(sampler: Sampler, problems: Sequence[Problem], *, executor: Executo
     return run_evaluation(problems, SamplerCompletionSource(sampler), executor=executor, n=s.n, key=key,
                           options=options, done=done, on_result=on_result,
                           config={**settings, **dict(run_config or {})})
+
+
+def _checked_problems(problems: Sequence[Problem], key: jax.Array, options: EvalOptions) -> list[Problem]:
+    """`run_evaluation`'s input checks (one ValueError naming the bad value); the problems as a list."""
+    problems = list(problems)
+    if not problems:
+        raise ValueError("no problems to evaluate")
+    bad = [i for i, p in enumerate(problems) if not isinstance(p, Problem)]
+    if bad:
+        raise ValueError(f"problems[{bad[0]}] is a {type(problems[bad[0]]).__name__}, expected Problem")
+    if len({p.id for p in problems}) != len(problems):
+        raise ValueError("problem ids are not unique")
+    if not isinstance(key, jax.Array):
+        raise ValueError(f"key must be a jax PRNG key array (jax.random.key(seed)), got {type(key).__name__}")
+    if not isinstance(options, EvalOptions):
+        raise ValueError(f"options must be an EvalOptions, got {type(options).__name__}")
+    return problems
+
+
+def _sample_group(source: CompletionSource, problems: list[Problem], group: Group, key: jax.Array, n: int,
+                  host: tuple[int, int]) -> dict[int, Completions]:
+    """This host's completions of one group (problem index -> Completions): its source calls
+    (`host_calls`); when a problem's samples are split over hosts they are gathered and kept by the
+    problem's host (i % count), which judges it."""
+    index, count = host
+    comps = sample_calls(source, problems, host_calls(group, n, index, count), key, n)
+    if count > 1 and group.chunks != (n,):
+        comps = {i: c for i, c in _gather_samples(comps, index).items() if i % count == index}
+    return comps
+
+
+def _allgathered(new: Sequence[ProblemResult]) -> list[ProblemResult]:
+    """Every host's new results (``multihost.allgather_objects``), merged in index order (of replicated
+    results the first copy)."""
+    from maxk_jax.multihost import allgather_objects
+
+    merged = {}
+    for part in allgather_objects([r.to_json() for r in new]):
+        for obj in part:
+            merged.setdefault(int(obj["index"]), obj)
+    return [ProblemResult.from_json(merged[i]) for i in sorted(merged)]
+
+
+def _refuse_excluded(r: ProblemResult) -> NoReturn:
+    """``fail_on_excluded``: a problem with samples that could not be judged stops the evaluation."""
+    bad_status = sorted(set(r.statuses) - {"ok"})
+    raise RuntimeError(f"problem {r.problem_id!r}: {r.n_sampled - r.n} of {r.n_sampled} samples could "
+                       f"not be judged (status {bad_status}) and fail_on_excluded is set")

@@ -238,6 +238,63 @@ class BearerAuth:
         await response(scope, receive, send)
 
 
+async def _read_body(request: Request, max_request_bytes: int) -> bytes | Response:
+    """The request's body, or the answer refusing it: 413 past ``max_request_bytes`` (by Content-Length,
+    else while streaming), 499 when the client disconnects before the body is read."""
+    too_big = _error(413, f"body: request exceeds the {max_request_bytes} bytes this service accepts "
+                     "(serve --max_request_mb); split it", "body")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > max_request_bytes:
+        return too_big
+    chunks, total = [], 0
+    try:
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > max_request_bytes:
+                return too_big
+            chunks.append(chunk)
+    except ClientDisconnect:   # one line, not starlette's traceback
+        client = request.client
+        logging.warning("client %s disconnected after sending %d of %s request bytes",
+                        f"{client.host}:{client.port}" if client else "?", total, length or "?")
+        return Response(status_code=499)
+    return b"".join(chunks)
+
+
+def _parse_submissions(raw: bytes, default_output_mb: int) -> list | JSONResponse:
+    """The body's submissions (`schema.parse_request`), or a 400 naming the field that is wrong."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        return _error(400, f"body: not valid JSON ({err})", "body")
+    except RecursionError:
+        return _error(400, "body: JSON nested too deeply to parse", "body")
+    try:
+        return schema.parse_request(body, default_output_mb)
+    except schema.RequestError as err:
+        return _error(400, str(err), err.field)
+    except RecursionError:
+        return _error(400, "body: nested too deeply", "body")
+
+
+async def _judge_until_disconnect(request: Request, cache: ResultCache, subs: list,
+                                  limiter: anyio.CapacityLimiter) -> tuple[list, threading.Event]:
+    """Judge ``subs`` through the cache on a worker thread; a client disconnect sets the returned event,
+    which stops the tests not yet started."""
+    cancel = threading.Event()
+
+    async def watch_disconnect() -> None:      # the body is read: the next message is the disconnect
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        cancel.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch_disconnect)
+        results = await anyio.to_thread.run_sync(cache.judge, subs, cancel, limiter=limiter)
+        group.cancel_scope.cancel()
+    return results, cancel
+
+
 def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight: int = 64,
                cache_size: int = 4096, cache_bytes: int = 64 << 20, max_request_bytes: int = 256 << 20,
                default_output_mb: int = 32, token: str | None = None) -> FastAPI:
@@ -280,35 +337,12 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
                          429: {"description": "too many requests in flight (Retry-After)"},
                          503: {"description": "test queue full (Retry-After)"}})
     async def judge_endpoint(request: Request) -> JSONResponse:
-        too_big = _error(413, f"body: request exceeds the {max_request_bytes} bytes this service accepts "
-                         "(serve --max_request_mb); split it", "body")
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > max_request_bytes:
-            return too_big
-        chunks, total = [], 0
-        try:
-            async for chunk in request.stream():
-                total += len(chunk)
-                if total > max_request_bytes:
-                    return too_big
-                chunks.append(chunk)
-        except ClientDisconnect:   # one line, not starlette's traceback
-            client = request.client
-            logging.warning("client %s disconnected after sending %d of %s request bytes",
-                            f"{client.host}:{client.port}" if client else "?", total, length or "?")
-            return Response(status_code=499)
-        try:
-            body = json.loads(b"".join(chunks))
-        except (ValueError, UnicodeDecodeError) as err:
-            return _error(400, f"body: not valid JSON ({err})", "body")
-        except RecursionError:
-            return _error(400, "body: JSON nested too deeply to parse", "body")
-        try:
-            subs = schema.parse_request(body, default_output_mb)
-        except schema.RequestError as err:
-            return _error(400, str(err), err.field)
-        except RecursionError:
-            return _error(400, "body: nested too deeply", "body")
+        raw = await _read_body(request, max_request_bytes)
+        if isinstance(raw, Response):
+            return raw
+        subs = _parse_submissions(raw, default_output_mb)
+        if isinstance(subs, Response):
+            return subs
         if state["inflight"] >= max_inflight:
             return _error(429, f"more than {max_inflight} requests in flight", "body", retry_after=1)
         units = sum(len(s.tests) for s in subs)
@@ -321,18 +355,8 @@ def create_app(supervisor: Supervisor, *, max_pending: int = 10000, max_inflight
             return _error(503, f"test queue full ({pending} queued, request adds {units}, limit {max_pending})",
                           "submissions", retry_after=drain)
         state["inflight"] += 1
-        cancel = threading.Event()
-
-        async def watch_disconnect() -> None:      # the body is read: the next message is the disconnect
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            cancel.set()
-
         try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(watch_disconnect)
-                results = await anyio.to_thread.run_sync(cache.judge, subs, cancel, limiter=limiter)
-                group.cancel_scope.cancel()
+            results, cancel = await _judge_until_disconnect(request, cache, subs, limiter)
         finally:
             state["inflight"] -= 1
         if cancel.is_set():

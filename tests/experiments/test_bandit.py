@@ -1,4 +1,5 @@
-"""experiments/bandit.py: exact metrics, expected estimator updates vs exact gradients, smoke runs."""
+"""maxk_jax/pipelines/bandit.py and its entry point experiments/bandit.py: exact metrics, expected
+estimator updates vs exact gradients, smoke runs."""
 import functools
 import itertools
 import json
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import bandit
+from maxk_jax.pipelines import bandit
 from maxk_jax import estimators
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
