@@ -29,8 +29,9 @@ Log-ratios: every call recomputes log π_θ of the sampled tokens under the curr
 the sequence log-ratio Σ_t (log π_θ − old_logp) over completion tokens, and feeds it to the
 estimator (``log_ratio=``); the log-ratios, masks, coefficients and loss of a micro-batch are
 ``wiring.update_loss`` (the same function the exactness enumeration differentiates).  With
-``make_train_step(..., trainer_old_logp=True)`` the first PPO iteration takes the step's own log-probs as π_old, so it is exactly 0 there (against the
-sampler's ``old_logp`` it is 0 only up to the sampler's float error).
+``make_train_step(..., trainer_old_logp=True)`` the first PPO iteration takes the step's own
+log-probs as π_old, so it is exactly 0 there (against the sampler's ``old_logp`` it is 0 only up
+to the sampler's float error).
 
 Temperature / truncation: the policy log-probs are those of the distribution sampled from:
 logits / temperature, then (if top_k > 0 / top_p < 1) the same top-k / top-p truncation as the
