@@ -4,8 +4,8 @@
     .venv/bin/python -m experiments.estimator_exactness --out=docs/results/offpolicy_unbiased_table.md
 
 The bandit of ``maxk_jax.rl.exactness``: 3 arms with rewards 0 / 0.5 / 1, n = 4 samples per row,
-k = 2, every sample tuple enumerated; the coefficients and each sample's weight come from the train
-step's own path (``staleness.corrected_coefficients``, ``losses.policy_loss`` with an open trust
+k = 2, every sample tuple enumerated; each tuple's update is the gradient of the train step's own
+wiring (``rl.wiring.update_loss``: log-ratios, coefficients, ``losses.policy_loss`` with an open trust
 region).  For each setting and column the cell is the WORST cosine between E[update] and grad max@k
 over ``--draws`` random (θ, θ_old, θ_μ) at each logit shift of ``--shifts`` (|θ − θ_old| = shift/2,
 |θ_old − θ_μ| = shift).  Columns: the synchronous loop at PPO iteration 0 (on-policy) and > 0 (samples

@@ -203,6 +203,7 @@ def test_decode_step_costs_needs_a_loop_and_ideal_bytes_count_prompts_once():
         gpu_plan.target_config("a100")
 
 
+@pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_h100_plan_of_a_small_model():
     if not gpu_plan.plugin_available():
@@ -234,6 +235,7 @@ def test_own_cache_unread_bytes_counts_the_slots_past_the_average_step():
     assert gpu_plan.own_cache_unread_bytes(pallas, rows=8, new_tokens=256) == per_slot * (255 - 128)
 
 
+@pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_h100_plan_with_the_pallas_decode_attention_and_xla_options():
     if not gpu_plan.plugin_available():
@@ -252,6 +254,7 @@ def test_h100_plan_with_the_pallas_decode_attention_and_xla_options():
     assert any("XLA options: xla_gpu_experimental_force_split_k=1" in line for line in gpu_plan.report_lines(r))
 
 
+@pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_h100_plan_counts_split_k_partials_only_where_xla_splits():
     if not gpu_plan.plugin_available():
@@ -274,6 +277,7 @@ def test_target_mesh_refuses_a_bad_tensor_size_before_looking_for_the_plugin():
             gpu_plan.target_mesh("h100", tensor=bad)
 
 
+@pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_h100_train_memory_grows_with_what_the_remat_policy_keeps():
     if not gpu_plan.plugin_available():

@@ -8,13 +8,14 @@
 
 The bandit: arms with rewards ``REWARDS`` (0, 0.5, 1), π_θ = softmax(θ), the learner's π_old =
 softmax(θ_old) and a sampler μ = softmax(θ_μ).  A row is n samples of one prompt; every one of the
-A^(n·rows) sample tuples is enumerated, so the expectation E_μ[Σ_i c_i ∇_θ log π_θ(y_i)] is exact.
-The coefficients come from ``staleness.corrected_coefficients`` (what the train step calls, with the
-three log-ratios it forms: log π_θ/π_old, log π_old/μ, log π_θ/μ) and each sample's weight on
-∇ log π_θ(y_i) from the gradient of ``losses.policy_loss`` with respect to its log-prob (the clipped
-surrogate multiplies c_i by the PPO ratio π_θ/π_old, the IS-weighted form does not).  The trust
-region is opened (``open_trust_region``) so that what is measured is the estimator's expectation,
-not PPO's deliberate clipping.
+A^(n·rows) sample tuples is enumerated, so the expectation E_μ[update] is exact.  A sample is one token,
+or with ``multi_token=True`` a padded sequence of up to A − 1 tokens whose token log-probs factorise
+log π(a) (``token_logprobs``; junk in the padding), so the sequence log-ratios and the token masks run.
+The update of a tuple is −∇_θ of ``wiring.update_loss`` -- the train step's own wiring (log-ratios to
+π_old and μ, masks, ``staleness.corrected_coefficients``, ``losses.policy_loss``) -- times the loss's
+normaliser: the clipped surrogate multiplies c_i by the PPO ratio π_θ/π_old, the IS-weighted form does
+not.  The trust region is opened (``open_trust_region``) so that what is measured is the estimator's
+expectation, not PPO's deliberate clipping.
 
 Scenarios (`SCENARIOS`): which of the three policies coincide.
   on_policy   μ = π_old = π_θ (synchronous loop, PPO iteration 0);
@@ -37,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from maxk_jax.rl import losses, staleness
+from maxk_jax.rl import losses, wiring
 
 REWARDS = (0.0, 0.5, 1.0)
 SCENARIOS = ("on_policy", "ppo", "stale", "stale_ppo")
@@ -76,10 +77,14 @@ def scenario_policies(draw: Draw, scenario: str) -> np.ndarray:
     return np.stack(table[scenario])
 
 
-def open_trust_region(kind: str) -> losses.LossConfig:
+def open_trust_region(kind: str, norm_length: int | None = None) -> losses.LossConfig:
     """A ``LossConfig`` of form `kind` whose trust region never clips on the bandit (ε_low just below
-    1, ε_high 1e9); aggregation "sequence" (the default)."""
-    return losses.LossConfig(kind=kind, eps_low=1.0 - 1e-7, eps_high=1e9)
+    1, ε_high 1e9); aggregation "sequence" (the default), or "seq_sum_norm" over `norm_length` tokens
+    when given (what multi-token sequences need for an unbiased update: every token weighs the same)."""
+    if norm_length is None:
+        return losses.LossConfig(kind=kind, eps_low=1.0 - 1e-7, eps_high=1e9)
+    return losses.LossConfig(kind=kind, eps_low=1.0 - 1e-7, eps_high=1e9, aggregation="seq_sum_norm",
+                             norm_length=norm_length)
 
 
 def enumerate_tuples(num_arms: int, n: int, rows: int = 1) -> np.ndarray:
@@ -88,24 +93,67 @@ def enumerate_tuples(num_arms: int, n: int, rows: int = 1) -> np.ndarray:
     return flat.reshape(-1, rows, n)
 
 
+def sequence_tokens(num_arms: int, multi_token: bool) -> int:
+    """Completion positions T of an arm: 1, or num_arms − 1 for `multi_token` (`token_logprobs`)."""
+    return max(num_arms - 1, 1) if multi_token else 1
+
+
+def completion_mask(arms: jax.Array, num_arms: int, multi_token: bool) -> jax.Array:
+    """bool [..., T]: the tokens of each arm [...] (multi-token: arm a has min(a + 1, A − 1) tokens)."""
+    t = sequence_tokens(num_arms, multi_token)
+    return jnp.arange(t) < jnp.minimum(arms + 1, t)[..., None]
+
+
+def token_logprobs(logits: jax.Array, arms: jax.Array, multi_token: bool) -> jax.Array:
+    """Token log-probs [..., T] of arms [...] under softmax(logits [A]).
+
+    One token: log π(a).  Multi-token: an arm is a sequence of "continue" decisions ended by "stop at a"
+    (no stop token for the last arm): token t is log Π_{j>t}/Π_{j≥t} ("continue", t < a) or
+    log π_a/Π_{j≥a} ("stop"), Π_{j≥t} = Σ_{j≥t} π_j, so the counted tokens sum to log π(a) exactly.
+    Positions after an arm's last token hold a θ-dependent filler (padding the mask must hide)."""
+    lp = jax.nn.log_softmax(logits)
+    if not multi_token:
+        return lp[arms][..., None]
+    t = sequence_tokens(lp.shape[-1], True)
+    tail = jnp.stack([jax.nn.logsumexp(lp[i:]) for i in range(lp.shape[-1])])       # log Π_{j≥i}
+    pos = jnp.arange(t)
+    a = arms[..., None]
+    stop = lp[jnp.minimum(pos, lp.shape[-1] - 1)] - tail[pos]
+    cont = tail[pos + 1] - tail[pos]
+    filler = 1.0 + 0.5 * lp[0] + 0.25 * pos
+    return jnp.where(pos < a, cont, jnp.where(pos == a, stop, filler))
+
+
 def expected_update(estimator, policies, *, k: int, n: int, correction: str = "none",
                     loss: losses.LossConfig | None = None, rows: int = 1, tis_cap: float = 2.0,
-                    stale: bool = False) -> np.ndarray:
+                    stale: bool = False, multi_token: bool = False) -> np.ndarray:
     """E_μ[Σ_samples w_i ∇_θ log π_θ(y_i)] summed over `rows` independent rows of n samples.
 
     estimator: a registry function; policies: logits (θ, θ_old, θ_μ), each [A] -> returns [A], or
     stacked [D, 3, A] (D draws at once) -> [D, A]; correction: the train step's
     ``algo.stale_correction``; stale: the batch carries the sampler's log-probs μ (asynchronous
     rollouts; otherwise the synchronous path, where the samples come from π_old and θ_μ must equal
-    θ_old); loss: the loss form (default `open_trust_region("is_weighted")`); w_i = −B ∂loss/∂log
-    π_θ(y_i), B the number of sequences of the enumerated batch."""
+    θ_old); loss: the loss form (default `open_trust_region("is_weighted")`); multi_token: each sample is
+    a padded sequence of tokens (`token_logprobs`) instead of one token.  The update of a tuple is
+    −∇_θ of ``wiring.update_loss`` (the train step's loss) times its normaliser: B sequences
+    ("sequence") or B·norm_length ("seq_sum_norm")."""
     return expected_updates([(estimator, loss)], policies, k=k, n=n, correction=correction, rows=rows,
-                            tis_cap=tis_cap, stale=stale)[0]
+                            tis_cap=tis_cap, stale=stale, multi_token=multi_token)[0]
+
+
+def _normaliser(loss: losses.LossConfig, sequences: int) -> float:
+    """What the loss's aggregation divides the summed per-token terms by (a constant of the batch)."""
+    if loss.aggregation == "sequence":
+        return float(sequences)
+    if loss.aggregation == "seq_sum_norm":
+        return float(sequences * loss.norm_length)
+    raise ValueError(f"loss aggregation={loss.aggregation!r}: the enumeration needs 'sequence' or 'seq_sum_norm' "
+                     "(a normaliser that does not depend on the sampled lengths)")
 
 
 def expected_updates(settings: Sequence[tuple[Callable, losses.LossConfig | None]], policies, *, k: int, n: int,
                      correction: str = "none", rows: int = 1, tis_cap: float = 2.0,
-                     stale: bool = False) -> np.ndarray:
+                     stale: bool = False, multi_token: bool = False) -> np.ndarray:
     """`expected_update` of several (estimator, loss) settings in ONE compiled program (one XLA
     compile for all of them): policies [3, A] -> [S, A], [D, 3, A] -> [S, D, A]; a loss of None is
     `open_trust_region("is_weighted")`."""
@@ -119,34 +167,32 @@ def expected_updates(settings: Sequence[tuple[Callable, losses.LossConfig | None
     if not settings:
         raise ValueError("settings is empty: give at least one (estimator, loss) pair")
     settings = [(fn, open_trust_region("is_weighted") if loss is None else loss) for fn, loss in settings]
-    tuples = enumerate_tuples(pol.shape[-1], n, rows)                         # [T, R, n]
+    scales = [_normaliser(loss, rows * n) for _, loss in settings]
+    num_arms = pol.shape[-1]
+    tuples = enumerate_tuples(num_arms, n, rows)                              # [T, R, n]
 
-    def one(estimator, loss, logits, ys):          # [3, A], [T, R, n] -> [A]
-        theta = logits[0]
-        rewards = jnp.asarray(REWARDS, jnp.float32)[ys]
-        lp, lp_old, lp_mu = (jax.nn.log_softmax(x)[ys] for x in logits)
+    def one(estimator, loss, scale, logits, ys):    # [3, A], [T, R, n] -> [A]
+        theta, theta_old, theta_mu = logits
 
-        def coefficients(r, y, a, b, c):           # one tuple: [R, n] each
-            return staleness.corrected_coefficients(
-                estimator, r, k=k, correction=correction, tis_cap=tis_cap, log_ratio_old=a - b,
-                log_w=(b - c) if stale else None, to_behaviour=(a - c) if stale else None,
-                mask=jnp.ones(r.shape, bool), answer_ids=y)
+        def update(y):                             # one tuple [R, n] -> −scale ∇θ loss [A]
+            y = y.reshape(-1)
+            lp = functools.partial(token_logprobs, arms=y, multi_token=multi_token)
+            total = lambda th: wiring.update_loss(  # noqa: E731
+                lp(th), old_logp=lp(theta_old), completion_mask=completion_mask(y, num_arms, multi_token),
+                valid=jnp.ones(y.shape, bool), rewards=jnp.asarray(REWARDS, jnp.float32)[y], answer_ids=y,
+                behaviour_logp=lp(theta_mu) if stale else None, estimator=estimator, k=k, n=n, loss=loss,
+                correction=correction, tis_cap=tis_cap).loss
+            return -scale * jax.grad(total)(theta)
 
-        coef = jax.vmap(coefficients)(rewards, ys, lp, lp_old, lp_mu).reshape(-1)
-        flat_old = lp_old.reshape(-1, 1)
-        mask = jnp.ones(flat_old.shape, bool)
-        total = lambda logp: losses.policy_loss(logp, flat_old, coef, mask, loss)[0]  # noqa: E731
-        weight = -jax.grad(total)(lp.reshape(-1, 1))[:, 0] * coef.shape[0]    # [T·R·n]
-        score = jax.nn.one_hot(ys.reshape(-1), theta.shape[0]) - jax.nn.softmax(theta)   # ∇θ log π(y)
-        prob = jnp.exp(jnp.sum(lp_mu, axis=(1, 2)))                            # μ(tuple) [T]
-        per_tuple = jnp.sum((weight[:, None] * score).reshape(prob.shape[0], -1, theta.shape[0]), axis=1)
+        per_tuple = jax.vmap(update)(ys)                                       # [T, A]
+        prob = jnp.exp(jnp.sum(jax.nn.log_softmax(theta_mu)[ys], axis=(1, 2)))  # μ(tuple) [T]
         return jnp.sum(prob[:, None] * per_tuple, axis=0)
 
     # runs once: XLA's backend optimisation would cost more (~1/3 of the compile) than it saves
     @functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
     def program(logits, ys):                       # [D, 3, A], [T, R, n] -> [S, D, A]
-        return jnp.stack([jax.vmap(functools.partial(one, fn, loss), in_axes=(0, None))(logits, ys)
-                          for fn, loss in settings])
+        return jnp.stack([jax.vmap(functools.partial(one, fn, loss, scale), in_axes=(0, None))(logits, ys)
+                          for (fn, loss), scale in zip(settings, scales)])
 
     out = np.asarray(program(jnp.asarray(pol, jnp.float32), jnp.asarray(tuples)), np.float64)
     return out[:, 0] if single else out

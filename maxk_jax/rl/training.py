@@ -27,9 +27,11 @@ trust-region mask and no extra ratio (losses.py).  Configs name which form they 
 
 Log-ratios: every call recomputes log π_θ of the sampled tokens under the current params and
 the sequence log-ratio Σ_t (log π_θ − old_logp) over completion tokens, and feeds it to the
-estimator (``log_ratio=``).  With ``make_train_step(..., trainer_old_logp=True)`` the first
-PPO iteration takes the step's own log-probs as π_old, so it is exactly 0 there (against the
-sampler's ``old_logp`` it is 0 only up to the sampler's float error).
+estimator (``log_ratio=``); the log-ratios, masks, coefficients and loss of a micro-batch are
+``wiring.update_loss`` (the same function the exactness enumeration differentiates).  With
+``make_train_step(..., trainer_old_logp=True)`` the first PPO iteration takes the step's own
+log-probs as π_old, so it is exactly 0 there (against the sampler's ``old_logp`` it is 0 only up
+to the sampler's float error).
 
 Temperature / truncation: the policy log-probs are those of the distribution sampled from:
 logits / temperature, then (if top_k > 0 / top_p < 1) the same top-k / top-p truncation as the
@@ -57,7 +59,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from maxk_jax.rl import logprobs, losses, staleness, step_metrics
+from maxk_jax.rl import logprobs, losses, staleness, step_metrics, wiring
 from maxk_jax.rl.step_metrics import DELTA_THRESHOLDS
 from maxk_jax import sharding as sharding_lib
 from maxk_jax.fields import check_real, is_int
@@ -320,30 +322,20 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, own_old: jax.
     instead of ``mb.old_logp``; the mismatch metrics always compare against ``mb.old_logp``."""
     logp, entropy = policy_logprobs(model_config, cfg, params, mb,
                                     with_entropy=cfg.compute_entropy or cfg.loss.entropy_coef > 0)
-    counted = mb.completion_mask & mb.valid[:, None]
-    fixed = jax.lax.stop_gradient(logp)
-    gap = jnp.where(counted, jnp.abs(fixed - mb.old_logp), 0.0)
-    old_logp = jnp.where(own_old, fixed, mb.old_logp)
-    mb = mb.replace(old_logp=old_logp)
-    log_ratio = losses.sequence_log_ratio(fixed, mb.old_logp, counted)
-    rows = lambda x: x.reshape(-1, cfg.n)  # noqa: E731  [Bm] -> [Pm, n]
+    wired = wiring.update_loss(
+        logp, old_logp=mb.old_logp, completion_mask=mb.completion_mask, valid=mb.valid, rewards=mb.rewards,
+        answer_ids=mb.answer_ids, behaviour_logp=mb.behaviour_logp, own_old=own_old, estimator=cfg.estimator_fn(),
+        k=cfg.k, n=cfg.n, correction=cfg.stale_correction, tis_cap=cfg.tis_cap, loss=cfg.loss,
+        ref_logp=mb.ref_logp, entropy=entropy)
+    loss, metrics, coef, log_ratio, fixed = wired.loss, dict(wired.metrics), wired.coef, wired.log_ratio, wired.logp
+    gap = jnp.where(wired.counted, jnp.abs(fixed - mb.old_logp), 0.0)
     stale: dict[str, jax.Array] = {}
-    log_w = to_behaviour = None
     if mb.behaviour_logp is not None:   # a stale / mismatched sampler μ: staleness.py
-        log_w = losses.sequence_log_ratio(mb.old_logp, mb.behaviour_logp, counted)       # log π_old/μ
-        to_behaviour = losses.sequence_log_ratio(fixed, mb.behaviour_logp, counted)      # log π_θ/μ
-        stale = staleness.stale_sums(log_w, to_behaviour, mb.valid, cfg.n, correction=cfg.stale_correction,
-                                     tis_cap=cfg.tis_cap, clamp_delta=cfg.clamp_delta)
-    coef = staleness.corrected_coefficients(
-        cfg.estimator_fn(), rows(mb.rewards), k=cfg.k, correction=cfg.stale_correction, tis_cap=cfg.tis_cap,
-        log_ratio_old=rows(log_ratio), log_w=None if log_w is None else rows(log_w),
-        to_behaviour=None if to_behaviour is None else rows(to_behaviour), mask=rows(mb.valid),
-        answer_ids=rows(mb.answer_ids)).reshape(-1)
-    coef = jax.lax.stop_gradient(coef.astype(jnp.float32))
+        stale = staleness.stale_sums(wired.log_w, wired.to_behaviour, mb.valid, cfg.n,
+                                     correction=cfg.stale_correction, tis_cap=cfg.tis_cap,
+                                     clamp_delta=cfg.clamp_delta)
     nonfinite = jnp.sum(mb.valid & ~jnp.isfinite(coef)).astype(jnp.float32)
-    loss, metrics = losses.policy_loss(
-        logp, mb.old_logp, coef, counted, cfg.loss, ref_logp=mb.ref_logp,
-        entropy=entropy)
+    rows = lambda x: x.reshape(-1, cfg.n)  # noqa: E731  [Bm] -> [Pm, n]
     v = mb.valid
     seq_ratio = jnp.exp(log_ratio)
     big = jnp.float32(jnp.inf)
@@ -353,7 +345,7 @@ def _microbatch_loss(params: Params, mb: Batch, weight: jax.Array, own_old: jax.
         coef_nonzero=jnp.sum(v & (coef != 0)).astype(jnp.float32),
         valid_samples=jnp.sum(v).astype(jnp.float32),
         mismatch_sum=jnp.sum(gap), mismatch_max=jnp.max(gap, initial=0.0),
-        counted_tokens=jnp.sum(counted).astype(jnp.float32),
+        counted_tokens=jnp.sum(wired.counted).astype(jnp.float32),
         seq_ratio_sum=jnp.sum(jnp.where(v, seq_ratio, 0.0)),
         seq_ratio_min=jnp.min(jnp.where(v, seq_ratio, big)),
         seq_ratio_max=jnp.max(jnp.where(v, seq_ratio, -big)),

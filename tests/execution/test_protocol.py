@@ -39,13 +39,28 @@ def test_large_frame_through_nonblocking_pipe() -> None:
     assert os.waitpid(pid, 0)[1] == 0
 
 
-def test_read_deadline_and_eof() -> None:
+def test_read_deadline_and_eof(monkeypatch) -> None:
     read_fd, write_fd = os.pipe()
+    waits = []
+
+    class Poller:                       # records how long the reader would wait (structure, not timing)
+        def register(self, fd, events):
+            assert fd == read_fd
+
+        def poll(self, timeout_ms):
+            waits.append(timeout_ms)
+            return []                   # nothing arrived before the deadline
+
     try:
-        start = time.monotonic()
         with pytest.raises(protocol.ProtocolError, match="deadline"):
-            protocol.read_frame(read_fd, time.monotonic() + 0.2)
-        assert time.monotonic() - start < 2
+            protocol.read_frame(read_fd, time.monotonic() + 0.2)     # the real poll: the deadline fires
+        with monkeypatch.context() as patch:
+            patch.setattr(protocol.select, "poll", Poller)
+            with pytest.raises(protocol.ProtocolError, match="deadline"):
+                protocol.read_frame(read_fd, time.monotonic() + 0.2)
+            with pytest.raises(protocol.ProtocolError, match="deadline"):
+                protocol.read_frame(read_fd, time.monotonic() - 1)  # already past: no wait at all
+        assert len(waits) == 1 and 1 <= waits[0] <= 200, waits     # the wait is what is left of the deadline
         os.close(write_fd)
         write_fd = None
         with pytest.raises(protocol.ProtocolError, match="closed"):

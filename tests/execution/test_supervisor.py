@@ -189,12 +189,10 @@ def test_hostile_corpus(executor: EmbeddedExecutor) -> None:
             for name, code, expected, _ in HOSTILE]
     subs.append(stdio("large-legit-output", "print('\\n'.join(map(str, range(10 ** 6))))",
                       "\n".join(map(str, range(10 ** 6))), limits=dict(HOSTILE_LIMITS, output_mb=16, cpu_s=5, wall_s=10)))
-    start = time.monotonic()
     try:
         results = executor.judge(subs)
     finally:
         listener.close()
-    elapsed = time.monotonic() - start
     expected = {name: want for name, _, _, want in HOSTILE}
     expected["large-legit-output"] = {"AC"}
     from maxk_jax.execution.sandbox import userns_args
@@ -205,9 +203,9 @@ def test_hostile_corpus(executor: EmbeddedExecutor) -> None:
              if r["status"] != "ok" or verdicts(r)[0] not in expected[r["id"]]}
     assert not wrong, wrong
     by_id = {r["id"]: r for r in results}
-    assert by_id["daemon-holds-pipes"]["tests"][0]["wall_s"] < 1.9       # no wait for the daemon
-    assert by_id["sleep"]["tests"][0]["wall_s"] < 4
-    assert elapsed < 120
+    # structure, not timing: a judge that waited for the daemon would have made it TLE (wall_s=2), and one
+    # without the wall-clock kill would not have made the 100 s sleep TLE -- the verdicts above say both
+    assert by_id["daemon-holds-pipes"]["tests"][0]["verdict"] == "AC" and by_id["sleep"]["tests"][0]["verdict"] == "TLE"
     assert executor.supervisor.stray_processes() == []
     health = executor.health()
     assert health["alive"] == health["slots"] == 2

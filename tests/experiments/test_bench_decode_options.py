@@ -1,5 +1,6 @@
 """experiments/bench_decode_options.py: entry parsing and a --smoke run on CPU (two variants, one process)."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,7 +34,9 @@ def test_smoke_times_each_variant_with_its_own_compile(tmp_path):
     assert [(r["variant"], r["decode_attention"]) for r in rows] == [("default", "xla"),
                                                                      ("no_command_buffers", "xla+draw")]
     assert rows[0]["compiler_options"] is None and rows[1]["compiler_options"] == {"xla_gpu_enable_command_buffer": ""}
-    assert all(r["new_tokens"] == 8 and r["ms_per_step"] > 0 and 0 < r["frac_of_roofline"] for r in rows)
+    # structure, not timing: ms/step is (steady − prefill) / steps, whose sign a loaded machine can flip
+    assert all(r["new_tokens"] == 8 and math.isfinite(r["ms_per_step"]) and math.isfinite(r["frac_of_roofline"])
+               for r in rows)
     assert "no_command_buffers" in out.stdout and "% of the roofline" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "experiments.bench_decode_options", "--entries=fast/xla"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)

@@ -198,6 +198,25 @@ def test_auto_is_pallas_on_gpu_and_xla_elsewhere():
         decode_attention.resolve("flash")
 
 
+def test_the_decode_loop_runs_the_kernels_where_auto_picks_pallas():
+    """What "auto" resolves to is what the decode loop runs: traced for a GPU (an abstract GPU mesh, as a
+    deviceless compile sees it) the loop holds the prompt and own-cache kernels of every layer, compiled;
+    for this CPU none; decode_attention="pallas" here runs them interpreted."""
+    from maxk_jax.sampling import SamplerSettings
+    from tests.sampling.decode_kernels import decode_loop_kernels
+    config = qwen2.Qwen2Config(vocab_size=61, hidden_size=64, intermediate_size=64, num_layers=2, num_heads=4,
+                               num_kv_heads=2, max_position_embeddings=128, rope_theta=10000.0)
+    settings = SamplerSettings(n=2, max_new_tokens=17)     # 16 prompt and 16 own slots: shapes the kernels tile
+    layers = [("decode_attention_prompt", "decode_attention_own")] * config.num_layers
+    for platform in ("gpu", "cpu"):
+        picks = decode_attention.resolve("auto", platform) == "pallas"
+        got = decode_loop_kernels(config, settings, platform=platform)
+        assert got == ([(name, False) for pair in layers for name in pair] if picks else []), (platform, got)
+    assert decode_attention.resolve("auto", "gpu") == "pallas"
+    interpreted = decode_loop_kernels(config.replace(decode_attention="pallas"), settings)
+    assert interpreted == [(name, True) for pair in layers for name in pair]
+
+
 def test_auto_decodes_on_cpu_exactly_as_xla():
     from maxk_jax import sampling
     base = qwen2.Qwen2Config(vocab_size=61, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
@@ -239,6 +258,7 @@ def test_decode_step_with_pallas_equals_xla(cache_dtype):
     # queries per KV head; untiled, one program held them all and asked for 328 KB of shared memory
     (1, 128, 1024),
 ])
+@pytest.mark.gpu_plugin
 @pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
 def test_compiles_for_a_deviceless_h100_as_triton_kernels(p, n, tp):
     mesh = gpu_plan.target_mesh("h100")
@@ -251,6 +271,7 @@ def test_compiles_for_a_deviceless_h100_as_triton_kernels(p, n, tp):
     assert text.count('custom_call_target="__gpu$xla.gpu.triton"') == 2
 
 
+@pytest.mark.gpu_plugin
 @pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
 def test_write_cache_compiles_to_an_in_place_write_for_a_deviceless_h100():
     # with the cache donated, the own kernel's aliased outputs reuse its buffers: no copy of the
@@ -295,6 +316,7 @@ def test_generate_with_pallas_on_a_tensor_parallel_mesh_equals_xla_on_one_device
     assert tiled and all(t == ((4, 2, 16), (2, 1, 16, 16), True) for t in tiled), tiled
 
 
+@pytest.mark.gpu_plugin
 @pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
 def test_compiles_for_two_deviceless_h100s_per_device_without_collectives():
     # tensor parallel: the 2 KV heads (and their 12 query heads) split over 2 GPUs, each running both

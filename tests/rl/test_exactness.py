@@ -1,13 +1,16 @@
 """maxk_jax/rl/exactness.py: every documented unbiasedness claim holds exactly on the enumerated bandit,
-through the train step's path (staleness.corrected_coefficients + losses.policy_loss), and every
+through the train step's own wiring (wiring.update_loss, differentiated), and every
 setting `stale_correction="behaviour"` accepts has an expected update parallel to grad max@k."""
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from maxk_jax import estimators as E
 from maxk_jax.rl import exactness as X
+from maxk_jax.rl.losses import LossConfig
 from maxk_jax.rl.run_config import AlgoSettings
 from maxk_jax.rl.training import StepConfig
 from maxk_jax.sampling import SamplerSettings
@@ -88,17 +91,29 @@ ACCEPTED = [o for o in _exact_grid() if E.behaviour_refusal("maxk_offpolicy_exac
 LOO1 = dict(baseline="loo1", clamp_delta=None)
 
 
+TOKENS = X.sequence_tokens(len(X.REWARDS), multi_token=True)      # 2: arms of 1 and 2 tokens, padded
+
+
+def _open(kind):
+    """The open trust region over multi-token sequences (every counted token weighs the same)."""
+    return X.open_trust_region(kind, norm_length=TOKENS)
+
+
 @pytest.fixture(scope="module")
 def stale_updates():
     """One compiled program (the default suite's budget): E[update] under a stale sampler at PPO
-    iteration 0 ("stale") and > 0 ("stale_ppo") of every accepted eq.-10 setting in the IS-weighted
-    loss, eq. 10 + loo1 in the clipped loss, the paper's z-scored eq. 10; 2 independent rows per
-    batch (what loo_rms needs; the target is 2 x grad max@k).  -> ({label: [2 scenarios, D, A]}, targets [D, A])."""
-    settings = {f"accepted{i}": (E.get_estimator("maxk_offpolicy_exact", **o), None) for i, o in enumerate(ACCEPTED)}
-    settings["loo1-clipped"] = (E.get_estimator("maxk_offpolicy_exact", **LOO1), X.open_trust_region("clipped"))
-    settings["zscore"] = (E.get_estimator("maxk_offpolicy_exact", clamp_delta=None), None)
+    iteration 0 ("stale") and > 0 ("stale_ppo", π_θ ≠ π_old ≠ μ) of every accepted eq.-10 setting in the
+    IS-weighted loss, eq. 10 + loo1 in the clipped loss, the paper's z-scored eq. 10; 2 independent rows
+    per batch (what loo_rms needs; the target is 2 x grad max@k); every sample a padded multi-token
+    sequence (token log-probs summed by the train step's wiring, junk in the padding).
+    -> ({label: [2 scenarios, D, A]}, targets [D, A])."""
+    settings = {f"accepted{i}": (E.get_estimator("maxk_offpolicy_exact", **o), _open("is_weighted"))
+                for i, o in enumerate(ACCEPTED)}
+    settings["loo1-clipped"] = (E.get_estimator("maxk_offpolicy_exact", **LOO1), _open("clipped"))
+    settings["zscore"] = (E.get_estimator("maxk_offpolicy_exact", clamp_delta=None), _open("is_weighted"))
     pol = np.concatenate([_stacked("stale"), _stacked("stale_ppo")])
-    out = X.expected_updates(list(settings.values()), pol, k=K, n=N, correction="behaviour", rows=2, stale=True)
+    out = X.expected_updates(list(settings.values()), pol, k=K, n=N, correction="behaviour", rows=2, stale=True,
+                             multi_token=True)
     out = out.reshape(len(settings), 2, len(DRAWS), -1)
     target = np.stack([2 * X.target_gradient(d.theta, "max@k", k=K) for d in DRAWS])
     return dict(zip(settings, out)), target
@@ -143,6 +158,35 @@ def test_behaviour_refuses_the_clipped_loss_and_biased_eq10_settings(stale_updat
     with pytest.raises(ValueError, match="needs algo.loss.kind='is_weighted'"):
         AlgoSettings(estimator="maxk_offpolicy_exact", estimator_options=dict(baseline="loo1"),
                      stale_correction="behaviour", ppo_iterations=2)
+
+
+def test_synchronous_ppo_iterations_use_the_current_policy():
+    """Synchronous loop at PPO iteration > 0 (samples from π_old ≠ π_θ, no behaviour log-probs), multi-token
+    padded sequences: eq. 10 with δ = log π_θ/π_old (correction "none", the train step's sequence log-ratio)
+    in the IS-weighted loss is exactly grad max@k at π_θ, at unit scale; the first-order transform is close."""
+    settings = [(E.get_estimator("maxk_offpolicy_exact", **LOO1), _open("is_weighted")),
+                (E.get_estimator("maxk_offpolicy", **LOO1), _open("is_weighted"))]
+    out = X.expected_updates(settings, _stacked("ppo"), k=K, n=N, correction="none", multi_token=True)
+    target = np.stack([X.target_gradient(d.theta, "max@k", k=K) for d in DRAWS])
+    res = [X.compare(u, t) for u, t in zip(out[0], target)]
+    assert min(c for c, _ in res) >= 1 - 1e-5, res
+    np.testing.assert_allclose([r for _, r in res], 1.0, rtol=2e-3)
+    assert min(X.compare(u, t)[0] for u, t in zip(out[1], target)) >= 0.99
+
+
+def test_multi_token_bandit_factorises_the_arm_probabilities():
+    """The multi-token arms: counted token log-probs sum to log π(a); padding is outside the mask."""
+    theta = jnp.asarray(DRAWS[0].theta, jnp.float32)
+    arms = jnp.arange(len(X.REWARDS))
+    tok = X.token_logprobs(theta, arms, multi_token=True)
+    mask = X.completion_mask(arms, len(X.REWARDS), multi_token=True)
+    assert tok.shape == mask.shape == (len(X.REWARDS), TOKENS)
+    np.testing.assert_array_equal(np.asarray(mask).sum(1), [1, 2, 2])
+    np.testing.assert_allclose(np.sum(np.where(mask, tok, 0.0), axis=1), jax.nn.log_softmax(theta), atol=1e-6)
+    assert np.all(np.asarray(tok)[~np.asarray(mask)] != 0.0)      # junk the wiring must mask out
+    with pytest.raises(ValueError, match="aggregation='token'"):
+        X.expected_update(E.get_estimator("rloo"), X.scenario_policies(DRAWS[0], "on_policy"), k=K, n=N,
+                          loss=LossConfig(kind="is_weighted", aggregation="token"))
 
 
 def test_inputs_are_checked():

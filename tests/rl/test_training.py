@@ -441,3 +441,52 @@ def test_train_step_traces_once_per_shape(params, monkeypatch):
         batch = make_batch(params, seed, noise=0.1 * seed, lengths=np.full(P * N, 1 + seed))
         state, metrics = step(state, sharding.shard_batch(batch, mesh))
         chex.assert_tree_all_finite(metrics)
+
+
+def test_stale_batch_at_a_later_ppo_iteration_takes_delta_from_the_current_policy(params):
+    """PPO iteration > 0 of a stale batch: π_θ (the params), π_old (``old_logp``, here the policy + noise)
+    and μ (``behaviour_logp``) all differ.  "behaviour" feeds eq. 10 δ = log π_θ/μ -- of the CURRENT
+    policy, not π_old -- so the IS-weighted gradient is −Σ_i c_i ∇ log π_θ(y_i) / (B_valid·T) with c the
+    brute-force eq. 10 transform of Σ_t (log π_θ − log μ) (an independent reference); the PPO ratios are to π_old."""
+    from tests.estimators import estimator_reference as ref
+
+    cfg = training.StepConfig(estimator="maxk_offpolicy_exact", k=2, sampler=sampler(),
+                              estimator_options={"baseline": "none", "clamp_delta": None},
+                              loss=LossConfig(kind="is_weighted", aggregation="seq_sum_norm", norm_length=T),
+                              stale_correction="behaviour")
+    mesh = single_mesh()
+    tx = optax.sgd(LR)
+    _, sh = training.abstract_train_state(CONFIG, tx, mesh)
+    step = training.make_train_step(CONFIG, cfg, tx, mesh, sh, trainer_old_logp=True)
+    batch = make_batch(params, 13, noise=0.04, invalid=(6,))          # old_logp = π_old ≠ π_θ
+    comp = np.asarray(batch.completion_mask)
+    rng = np.random.default_rng(5)
+    mu = np.where(comp, np.asarray(batch.old_logp) + rng.normal(0, 0.3, comp.shape), 0.0).astype(np.float32)
+    batch = batch.replace(behaviour_logp=jnp.asarray(mu))
+    state, _ = training.create_train_state(CONFIG, params, tx, mesh)
+    new, m, _ = step(state, sharding.shard_batch(batch, mesh), np.bool_(False))
+    m = jax.device_get(m)
+    grad = jax.tree.map(lambda a, b: (b - a) / LR, new.params, params)
+
+    valid = np.asarray(batch.valid)
+    counted = comp & valid[:, None]
+    lp = np.asarray(exact_logp(params, batch.tokens, batch.attention_mask))
+    to_mu = np.sum(np.where(counted, lp - mu, 0.0), axis=1)                 # log π_θ/μ
+    to_old = np.sum(np.where(counted, lp - np.asarray(batch.old_logp), 0.0), axis=1)
+    assert np.abs(to_old[valid]).max() > 1e-2 and m["clip_fraction"] == 0.0
+    np.testing.assert_allclose(m["is_log_ratio_abs_max"], np.abs(to_old[valid]).max(), rtol=1e-4)
+    r = np.asarray(batch.rewards).reshape(P, N)
+    coef = np.zeros((P, N))
+    for p in range(P):
+        v = valid.reshape(P, N)[p]
+        coef[p, v] = ref.transform(r[p, v], 2, to_mu.reshape(P, N)[p, v], "exact")
+    c = jnp.asarray(coef.reshape(-1), jnp.float32)
+    assert float(jnp.max(jnp.abs(c))) > 0
+
+    def weighted(p):
+        seq_logp = jnp.sum(jnp.where(counted, exact_logp(p, batch.tokens, batch.attention_mask), 0.0), -1)
+        return -jnp.sum(c * seq_logp) / (valid.sum() * T)       # seq_sum_norm over the counted sequences
+
+    expected = jax.grad(weighted)(params)
+    np.testing.assert_allclose(flat(grad), flat(expected), rtol=2e-3, atol=1e-7)
+    assert np.max(np.abs(flat(expected))) > 1e-4

@@ -55,6 +55,7 @@ class OnePassTest(parameterized.TestCase):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w))    # bit for bit: the CPU form
 
 
+@pytest.mark.gpu_plugin
 def test_the_h100_draw_reads_the_logits_once():
     if not gpu_plan.plugin_available():
         pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")

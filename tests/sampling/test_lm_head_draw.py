@@ -1,6 +1,7 @@
 """maxk_jax/sampling/lm_head_draw.py: jax's threefry Gumbel noise bit for bit, the fused LM head + draw
 (Pallas interpret mode on CPU) against the XLA logits and draw, `generate` with decode_draw="pallas",
-when it applies, and (with the CUDA plugin) the kernel compiled for a deviceless H100."""
+when it applies, that the decode loop then runs the kernel (its traced program), and (with the CUDA
+plugin) the kernel compiled for a deviceless H100, alone and in the whole decode loop."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +11,7 @@ from maxk_jax import sampling
 from maxk_jax.models import qwen2
 from maxk_jax.sampling import lm_head_draw as lhd
 from maxk_jax.sampling._draw import draw_three_pass
+from tests.sampling.decode_kernels import decode_loop_kernels
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -93,7 +95,48 @@ def test_generate_with_the_fused_draw_gives_the_xla_samples():
     np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
 
 
+LOOP_CONFIG = qwen2.Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=64, num_layers=2, num_heads=4,
+                                num_kv_heads=2, max_position_embeddings=128, pad_token_id=0, dtype="float32")
+PLAIN = sampling.SamplerSettings(n=2, max_new_tokens=8)
+
+
+def test_the_decode_loop_runs_the_fused_kernel_exactly_where_it_applies():
+    """Not only the same samples (above): with decode_draw="pallas" and plain temperature sampling the
+    decode loop's program holds ONE Pallas call, the fused LM head + draw (interpreted on CPU; compiled
+    when tracing for a GPU); where `applies` says no -- top-k, top-p, rbg keys -- or with decode_draw="xla",
+    none (the loop computes the logits and draws from them)."""
+    fused = LOOP_CONFIG.replace(decode_draw="pallas")
+    keys = jax.random.split(jax.random.key(0), 4)
+    assert lhd.applies(PLAIN.temperature, PLAIN.top_k, PLAIN.top_p, keys, None, fused.hidden_size)
+    assert decode_loop_kernels(fused, PLAIN) == [("lm_head_draw", True)]
+    assert ("lm_head_draw", False) in decode_loop_kernels(fused, PLAIN, platform="gpu")   # the GPU's: compiled
+    assert decode_loop_kernels(LOOP_CONFIG, PLAIN) == []
+    others = [(sampling.SamplerSettings(n=2, max_new_tokens=8, top_k=5), None),
+              (sampling.SamplerSettings(n=2, max_new_tokens=8, top_p=0.9), None), (PLAIN, "rbg")]
+    for settings, impl in others:
+        assert not lhd.applies(settings.temperature, settings.top_k, settings.top_p,
+                               jax.random.split(jax.random.key(0, impl=impl), 4), None, fused.hidden_size)
+        assert decode_loop_kernels(fused, settings, key_impl=impl) == [], (settings, impl)
+
+
 @pytest.mark.slow
+@pytest.mark.gpu_plugin
+def test_h100_decode_loop_runs_the_fused_draw_as_one_more_triton_kernel():
+    """The whole decode loop compiled for a deviceless H100: decode_draw="pallas" adds one Triton kernel per
+    step to the decode attention's two per layer (decode_draw="xla": those only)."""
+    from maxk_jax import gpu_plan
+    if not gpu_plan.plugin_available():
+        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
+    config = qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                               num_kv_heads=2, dtype="bfloat16", decode_attention="pallas")
+    settings = sampling.SamplerSettings(n=2, max_new_tokens=32)
+    counts = [gpu_plan.gpu_decode_report(c, settings, 2, 16)["kernel_ops"].get("custom-call", 0)
+              for c in (config, config.replace(decode_draw="pallas"))]
+    assert counts == [2 * config.num_layers, 2 * config.num_layers + 1], counts
+
+
+@pytest.mark.slow
+@pytest.mark.gpu_plugin
 def test_h100_compile_of_the_fused_draw_at_the_preset_shapes():
     from maxk_jax import gpu_plan
     from maxk_jax import sharding as sh
