@@ -15,7 +15,8 @@ from typing import Sequence
 
 from absl import app, flags
 
-from maxk_jax import cli, simulated_devices
+from maxk_jax import cli
+from maxk_jax.planning import simulated_devices
 from maxk_jax.pipelines.bandit import (DEFAULT_CURVES, BanditConfig, kl_table, parse_curve, run_experiment,
                                        summary_table, write_outputs)
 
@@ -77,7 +78,7 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.fast_compile:  # read when JAX initialises its backend, i.e. at the first computation
         os.environ["XLA_FLAGS"] = " ".join(
             [os.environ.get("XLA_FLAGS", ""), simulated_devices.FAST_COMPILE_FLAG]).strip()
-    from maxk_jax import preflight
+    from maxk_jax.cli import preflight
 
     with cli.user_errors():   # every check before work: one line per mistake
         config = config_from_flags()

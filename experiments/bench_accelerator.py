@@ -15,7 +15,7 @@ this run on ``jax.devices()[0]``:
   batch sizes 16 x 32 and 4 x 256 with 512-token prompts, all 256 new tokens: ``bench_decode.DEFAULT_CASES``): tok/s of the whole call (median of ``--repeats`` after a compiling call),
   prefill alone, ms per decode step, and the roofline: (bf16 weight bytes + the KV bytes a step
   must read: each prompt once, each row's own tokens at the average step;
-  ``maxk_jax.gpu_plan.ideal_bytes``) / the measured bandwidth; ``frac_of_roofline`` = roofline
+  ``maxk_jax.planning.gpu_plan.ideal_bytes``) / the measured bandwidth; ``frac_of_roofline`` = roofline
   step time / measured step time. Per ``--decode_attention`` (``auto``, the default: ``pallas`` on
   GPU, ``xla`` elsewhere, rows named by what ran; ``xla``, and/or ``pallas``: the Pallas Triton
   decode-attention kernels of ``maxk_jax.models.decode_attention``; ``pallas:S`` with S splits of
@@ -38,7 +38,7 @@ this run on ``jax.devices()[0]``:
 
 * ``--profile_dir`` (optional, after the decode): a ``jax.profiler`` trace of a short ``generate``
   of the first case per decode attention, and its per-step kernel breakdown
-  (``maxk_jax.trace_summary``: kernels per step, busy time, the largest kernel classes) in the JSON;
+  (``maxk_jax.planning.trace_summary``: kernels per step, busy time, the largest kernel classes) in the JSON;
   with ``--profile_tokens`` equal to the case's new tokens, also the decode part's unprofiled step
   beside it (the profiler slows the host's graph launches: only the unprofiled step says what is idle).
 
@@ -128,7 +128,7 @@ def jax_train(config: Any, data: dict[str, np.ndarray], n: int, k: int, micro: i
     import jax
     import optax
 
-    from maxk_jax import sharding
+    from maxk_jax.runtime import sharding
     from maxk_jax.models import qwen2
     from maxk_jax.rl import training
     from maxk_jax.sampling import SamplerSettings
@@ -209,7 +209,7 @@ def main(argv: list[str]) -> None:
     import jax
 
     from maxk_jax.models import qwen2
-    from maxk_jax.machine import cpu_model
+    from maxk_jax.runtime.machine import cpu_model
 
     t_start = time.perf_counter()
     smoke = FLAGS.smoke
@@ -359,7 +359,8 @@ def profile_decode(config: Any, case: tuple[int, int, int, int], attentions: lis
     span is idle on the GPU, and what is the profiler's."""
     import jax
 
-    from maxk_jax import sampling, trace_summary
+    from maxk_jax import sampling
+    from maxk_jax.planning import trace_summary
     from maxk_jax.models import qwen2
 
     p, n, tp, _ = case

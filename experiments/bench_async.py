@@ -29,7 +29,8 @@ from typing import Any
 from absl import app, flags
 from ml_collections import config_flags
 
-from maxk_jax import cli, config_overrides
+from maxk_jax import cli
+from maxk_jax.cli import config_overrides
 from maxk_jax.pipelines import from_config_dict
 from maxk_jax.pipelines.phases import cpu_model
 
@@ -63,7 +64,7 @@ def time_run(cfg: Any, base_path: str, train_path: str, out_dir: str, s: int, *,
     from maxk_jax.pipelines.config import rl_config
     from maxk_jax.rl import loop as rl_loop
     from maxk_jax.rl.metrics_log import read_metrics
-    from maxk_jax.fields import replace_fields
+    from maxk_jax.cli.fields import replace_fields
 
     shutil.rmtree(out_dir, ignore_errors=True)
     run_cfg = replace_fields(rl_config(cfg, base_path, out_dir, train_path), {

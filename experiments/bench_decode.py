@@ -61,7 +61,8 @@ def decode_case(config: Any, params: Any, case: tuple[int, int, int, int], repea
     """Time ``sampling.generate`` and its prefill alone for one case (see the module docstring)."""
     import jax
 
-    from maxk_jax import gpu_plan, sampling
+    from maxk_jax import sampling
+    from maxk_jax.planning import gpu_plan
 
     p, n, tp, t = case
     rng = np.random.default_rng(seed)

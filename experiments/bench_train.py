@@ -84,7 +84,7 @@ def make_batch(rng: np.random.Generator, p: int, n: int, sp: int, t: int, vocab:
 def jax_side(config: Any, params: Any, data: dict[str, np.ndarray], old_logp: np.ndarray) -> dict[str, Any]:
     """training.make_train_step, warmed up; returns step-0 loss, first-call seconds and ``run(k)``
     (k timed steps -> seconds per step)."""
-    from maxk_jax import sharding
+    from maxk_jax.runtime import sharding
     from maxk_jax.rl import training
 
 
@@ -203,7 +203,7 @@ def matmul_peak(size: int) -> dict[str, float]:
 def behaviour_logp(config: Any, params: Any, data: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
     """Behaviour log-probs [B, T] float32: the current policy's (one train-step log-prob pass) plus
     uniform noise in [-0.3, 0.3] on completion tokens, so some tokens fall outside the trust region."""
-    from maxk_jax import sharding
+    from maxk_jax.runtime import sharding
     from maxk_jax.rl import training
     from maxk_jax.sampling import SamplerSettings
 

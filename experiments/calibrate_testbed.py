@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from maxk_jax import cli, config_overrides
+from maxk_jax import cli
+from maxk_jax.cli import config_overrides
 from maxk_jax.pipelines import from_config_dict
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny.py")

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"--runs needs at least two result directories, got {FLAGS.runs}")
     if FLAGS.names and len(FLAGS.names) != len(FLAGS.runs):
         raise app.UsageError(f"--names has {len(FLAGS.names)} entries for {len(FLAGS.runs)} runs")
-    from maxk_jax import preflight
+    from maxk_jax.cli import preflight
     from maxk_jax.eval.compare import compare_runs, write_comparison
     from maxk_jax.eval.report import SUMMARY, read_report
 

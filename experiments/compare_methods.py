@@ -48,7 +48,8 @@ from collections.abc import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from maxk_jax import cli, config_overrides, preflight
+from maxk_jax import cli
+from maxk_jax.cli import config_overrides, preflight
 from maxk_jax.cli import parse_seeds
 from maxk_jax.pipelines import (DEFAULT_METHOD, REFERENCE, TABLE2_METHODS, default_reference, from_config_dict,
                                 run_comparison, shortcut_overrides)

@@ -175,8 +175,8 @@ def _training_run_config() -> dict[str, Any]:
     """The run config of the training run that wrote --checkpoint (an orbax checkpoint of
     `maxk_jax.rl.loop`), {} for a Hugging Face directory; checks the checkpoint and its model
     directory on the way (ValueError naming what is missing or corrupt)."""
-    from maxk_jax import preflight
-    from maxk_jax.checkpoint import Checkpointer
+    from maxk_jax.cli import preflight
+    from maxk_jax.runtime.checkpoint import Checkpointer
     from maxk_jax.eval.checkpoint import is_hf_dir
 
     path = os.path.abspath(FLAGS.checkpoint)
@@ -242,7 +242,7 @@ def _check_context(problems: list, tokenizer: Any, model_config: Any, prompt: di
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from maxk_jax import preflight
+    from maxk_jax.cli import preflight
 
     with cli.user_errors():   # every check before work: one line per mistake, nothing written
         _check_flags()
@@ -256,7 +256,7 @@ def main(argv: list[str]) -> None:
     import jax
     import jax.numpy as jnp
 
-    from maxk_jax import multihost, sharding
+    from maxk_jax.runtime import multihost, sharding
     from maxk_jax.eval import report as eval_report
     from maxk_jax.eval.checkpoint import generation_eos_ids, load_model, resolve_dtype
     from maxk_jax.eval.run import EvalOptions, check_ks, default_ks, evaluate

@@ -7,16 +7,16 @@ Nothing is allocated: parameters and the batch are ``jax.ShapeDtypeStruct``s car
 ``NamedSharding``; ``jax.jit(grad).lower(...).compile()`` (AOT) gives XLA's per-device
 ``memory_analysis()``. The step is ``jax.grad`` of the mean next-token NLL (float32 logits and
 log-softmax) with per-layer rematerialisation, activations constrained by the logical-axis rules
-(:func:`maxk_jax.sharding.activation_sharding`). Optimizer state is NOT included.
+(:func:`maxk_jax.runtime.sharding.activation_sharding`). Optimizer state is NOT included.
 Layouts are written ``data2_fsdp4`` / ``fsdp4_tensor2`` / ``fsdp8`` (axes not named are 1).
-The planning itself is :mod:`maxk_jax.memory_plan`.
+The planning itself is :mod:`maxk_jax.planning.memory_plan`.
 Writes ``plan_memory.{json,md,png}`` to ``--results_dir``.
 """
 from __future__ import annotations
 
 
 # XLA reads its flags when JAX starts: ask for the simulated CPU devices before importing JAX
-from maxk_jax.simulated_devices import request_cpu_devices  # isort: skip  (stdlib only: before JAX)
+from maxk_jax.planning.simulated_devices import request_cpu_devices  # isort: skip  (stdlib only: before JAX)
 
 NUM_DEVICES = 8
 request_cpu_devices(NUM_DEVICES)
@@ -27,7 +27,8 @@ import pathlib  # noqa: E402
 from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from maxk_jax import cli, memory_plan  # noqa: E402
+from maxk_jax import cli  # noqa: E402
+from maxk_jax.planning import memory_plan  # noqa: E402
 from maxk_jax.models import qwen2  # noqa: E402
 
 FLAGS = flags.FLAGS

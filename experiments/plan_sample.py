@@ -3,7 +3,7 @@
     .venv/bin/python -m experiments.plan_sample                   # 1.5B and 7B, three meshes
     .venv/bin/python -m experiments.plan_sample --presets=qwen2.5-coder-7b --layouts=fsdp8
 
-The sampling twin of experiments/plan_train.py (the planning is :mod:`maxk_jax.sample_plan`):
+The sampling twin of experiments/plan_train.py (the planning is :mod:`maxk_jax.planning.sample_plan`):
 nothing is allocated, the weights, the shared-prefix KV cache and the loop inputs are sharded
 ``jax.ShapeDtypeStruct``s. For every preset and mesh it compiles the decode loop twice: from the
 trainer's weights as they are (``training``: float32, ``embed`` over fsdp -- how the sampler
@@ -19,7 +19,7 @@ KV cache of the shared-prefix example (``--kv_example``) and a memory-bandwidth 
 decode step. Writes ``plan_sample.{json,md}`` to ``--results_dir``.
 
 ``--target=h100``: instead, compile the decode loop for one NVIDIA H100 without a GPU (needs the
-CUDA plugin, the ``cuda`` extra's libraries; :mod:`maxk_jax.gpu_plan`) and print, per preset, what one
+CUDA plugin, the ``cuda`` extra's libraries; :mod:`maxk_jax.planning.gpu_plan`) and print, per preset, what one
 decode step launches and moves in the optimized GPU HLO: slice/copy bytes materialised (and their
 percentage of the bf16 weight bytes), kernels, the estimated bytes moved next to the ideal bytes,
 and the compile time; writes ``plan_sample_h100.{json,md}``::
@@ -29,7 +29,7 @@ and the compile time; writes ``plan_sample_h100.{json,md}``::
 
 ``--target=<TPU slice>`` (``v5e-1``, ``v6e-1``, ``v5e-4``, ...; needs libtpu, docs/usage/tpu.md): the
 decode loop from the rollout copy compiled by XLA:TPU for the slice, per chip against its HBM, and
-one decode step's HBM bytes against the ideal (:mod:`maxk_jax.tpu_plan`); writes
+one decode step's HBM bytes against the ideal (:mod:`maxk_jax.planning.tpu_plan`); writes
 ``plan_sample_<slice>.{json,md}``::
 
     PYTHONPATH=$LIBTPU_DIR python -m experiments.plan_sample --target=v6e-1 --presets=qwen2.5-coder-7b
@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import sys  # isort: skip
 
-from maxk_jax.simulated_devices import devices_flag, request_cpu_devices  # isort: skip  (stdlib only)
+from maxk_jax.planning.simulated_devices import devices_flag, request_cpu_devices  # isort: skip  (stdlib only)
 
-from maxk_jax.targets import tpu as tpu_targets  # isort: skip  (stdlib only)
+from maxk_jax.planning.targets import tpu as tpu_targets  # isort: skip  (stdlib only)
 
 NUM_DEVICES = devices_flag(sys.argv[1:])   # --devices sizes the simulated CPU platform: before JAX starts
 request_cpu_devices(NUM_DEVICES)
@@ -58,7 +58,8 @@ import pathlib  # noqa: E402
 from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from maxk_jax import cli, memory_plan, sample_plan  # noqa: E402
+from maxk_jax import cli  # noqa: E402
+from maxk_jax.planning import memory_plan, sample_plan  # noqa: E402
 from maxk_jax.models import qwen2  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -142,9 +143,9 @@ def _cases() -> list[tuple[int, int, int, int]]:
 
 
 def _bound_line(config: qwen2.Qwen2Config, case: tuple[int, int, int, int]) -> str:
-    """The analytic floors of one decode step of ``case`` (``maxk_jax.step_roofline``) at the H200's measured
+    """The analytic floors of one decode step of ``case`` (``maxk_jax.planning.step_roofline``) at the H200's measured
     ceilings."""
-    from maxk_jax import step_roofline
+    from maxk_jax.planning import step_roofline
     d = step_roofline.decode_step(config, *case, **step_roofline.H200_MEASURED)
     return (f"  floors at {step_roofline.H200_TEXT}: weights {1e3 * d['weights_s']:.3f} ms, KV {1e3 * d['kv_s']:.3f} ms, "
             f"matmul {1e3 * d['matmul_s']:.3f} ms, attention {1e3 * d['attention_s']:.3f} ms per step: "
@@ -185,7 +186,7 @@ def _roofline_markdown(rows: list[dict]) -> list[str]:
 
 def _gpu_main() -> None:
     """--target=h100: the deviceless GPU compile of the decode loop per preset."""
-    from maxk_jax import gpu_plan
+    from maxk_jax.planning import gpu_plan
     from maxk_jax.sampling import SamplerSettings
     reports, lines = [], []
     options = _xla_options()
@@ -211,7 +212,7 @@ def _gpu_main() -> None:
 
 def _tpu_main() -> None:
     """--target=<TPU slice>: the decode loop per preset and layout, compiled by XLA:TPU for the slice."""
-    from maxk_jax import tpu_plan
+    from maxk_jax.planning import tpu_plan
 
     with cli.user_errors():
         slice_ = tpu_targets.get_slice(FLAGS.target)
@@ -248,7 +249,7 @@ def main(argv: list[str]) -> None:
     with cli.user_errors():
         _check_flags()
     if FLAGS.target != "cpu":
-        from maxk_jax import gpu_plan
+        from maxk_jax.planning import gpu_plan
         if not gpu_plan.plugin_available():
             raise cli.UserError(f"--target={FLAGS.target}: {gpu_plan.PLUGIN_HINT}")
         _gpu_main()

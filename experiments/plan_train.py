@@ -15,11 +15,11 @@ Shape of one RL step (paper: 8 samples, 256 new tokens, CodeContests prompts <= 
 ``--prompts`` x ``--n`` sequences of ``--prompt_len + --completion_len`` tokens, split into
 ``--micro_batches`` micro-batches.  Layouts are named as in experiments/plan_memory.py; ``fsdp8``
 is what experiments/configs/base.py ships (mesh fsdp=-1). The planning itself is
-:mod:`maxk_jax.memory_plan`. Writes ``plan_train.{json,md,png}`` to ``--results_dir``.
+:mod:`maxk_jax.planning.memory_plan`. Writes ``plan_train.{json,md,png}`` to ``--results_dir``.
 
 ``--target=<TPU slice>`` (``v5e-16``, ``v6e-8``, ``v4-8``, ``v5p-8``, ...; needs libtpu, see
 docs/usage/tpu.md): the same programs compiled by XLA:TPU for the slice without a TPU
-(:mod:`maxk_jax.tpu_plan`), per chip against its HBM, with matmul FLOPs per step and the time floor
+(:mod:`maxk_jax.planning.tpu_plan`), per chip against its HBM, with matmul FLOPs per step and the time floor
 at the chip's bf16 peak; writes ``plan_train_<slice>.{json,md}``::
 
     PYTHONPATH=$LIBTPU_DIR .venv/bin/python -m experiments.plan_train --target=v6e-8
@@ -32,8 +32,8 @@ import tempfile  # isort: skip
 # XLA writes each planned module's buffer assignment (read by ``memory_plan.temp_breakdown``)
 import sys  # isort: skip
 
-from maxk_jax.simulated_devices import devices_flag, request_cpu_devices  # isort: skip  (stdlib only)
-from maxk_jax.targets import tpu as tpu_targets  # isort: skip  (stdlib only)
+from maxk_jax.planning.simulated_devices import devices_flag, request_cpu_devices  # isort: skip  (stdlib only)
+from maxk_jax.planning.targets import tpu as tpu_targets  # isort: skip  (stdlib only)
 
 NUM_DEVICES = devices_flag(sys.argv[1:])   # --devices sizes the simulated CPU platform: before JAX starts
 _TPU = any(a.startswith("--target=") and tpu_targets.is_tpu_target(a.split("=", 1)[1]) for a in sys.argv[1:])
@@ -51,7 +51,8 @@ import shutil  # noqa: E402
 from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from maxk_jax import cli, memory_plan  # noqa: E402
+from maxk_jax import cli  # noqa: E402
+from maxk_jax.planning import memory_plan  # noqa: E402
 from maxk_jax.models import qwen2  # noqa: E402
 from maxk_jax.rl import training  # noqa: E402
 
@@ -90,7 +91,7 @@ def step_phases(config: qwen2.Qwen2Config, rows: list[dict], devices: list | Non
     weights live throughout; the rollout phase adds the rollout copy, KV cache and decode temps
     (freed before the update); the reference pass and the update add their own args and temps.
     ``devices``: those of the planned mesh (default JAX's simulated CPU devices)."""
-    from maxk_jax import sample_plan
+    from maxk_jax.planning import sample_plan
 
     train = rows[0]
     ref = next((r for r in rows if r["layout"].endswith("ref-logp pass")), None)
@@ -140,7 +141,7 @@ GIB = 1024 ** 3
 
 def gpu_target(config: qwen2.Qwen2Config, cfg: training.StepConfig) -> None:
     """--target=h100: the train step on one deviceless GPU, its per-device bytes against --chip_gib."""
-    from maxk_jax import gpu_plan
+    from maxk_jax.planning import gpu_plan
 
     b = FLAGS.prompts * FLAGS.n
     with cli.user_errors():
@@ -174,7 +175,7 @@ def tpu_target(config: qwen2.Qwen2Config, cfg: training.StepConfig) -> None:
     decode) compiled by XLA:TPU for the slice, per chip against its HBM (85 % rule), matmul FLOPs per
     step (loops counted) and the time floor at the chip's bf16 peak. A program over HBM is a result
     (the compiler's RESOURCE_EXHAUSTED), not an error."""
-    from maxk_jax import tpu_plan
+    from maxk_jax.planning import tpu_plan
 
     b = FLAGS.prompts * FLAGS.n
     with cli.user_errors():

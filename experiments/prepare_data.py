@@ -64,7 +64,7 @@ def _plot(problems, report, path: str) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from maxk_jax import preflight
+    from maxk_jax.cli import preflight
 
     with cli.user_errors():   # every check before work: one line per mistake
         if FLAGS.tokenizer and not os.path.isdir(FLAGS.tokenizer):

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from maxk_jax import cli, config_overrides, preflight
+from maxk_jax import cli
+from maxk_jax.cli import config_overrides, preflight
 from maxk_jax.cli import parse_seeds
 from maxk_jax.pipelines import from_config_dict, run_comparison, shortcut_overrides
 from maxk_jax.pipelines.compare import saved_runs

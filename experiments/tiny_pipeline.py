@@ -43,7 +43,8 @@ from collections.abc import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from maxk_jax import cli, config_overrides
+from maxk_jax import cli
+from maxk_jax.cli import config_overrides
 from maxk_jax.pipelines import apply_method, from_config_dict, run_pipeline, shortcut_overrides
 from maxk_jax.pipelines.tiny import check_run_dir, resume_note, run_dir_of
 from maxk_jax.rl.method import define_method_flag, method_flag, method_label
@@ -122,7 +123,7 @@ def check_pipeline_inputs(cfg, *, overwrite: bool, resume: bool = False) -> None
     """Before any phase: --model_path (when given) is an intact HF model directory, runs_dir is
     writable, the run directory is new (or --overwrite, or --resume of a run of the same settings)
     and the judge answers."""
-    from maxk_jax import preflight
+    from maxk_jax.cli import preflight
 
     if cfg.model.path:
         preflight.check_model_dir(cfg.model.path)

@@ -16,7 +16,7 @@ experiments/configs/base.py (the paper's hyperparameters) and experiments/config
 --config.algo.estimator_options="(('clamp_delta',0.5),)", --config.data.chat=true).
 The config is converted once to the typed maxk_jax.rl.run_config.RunConfig and validated (estimator, k <= n, mesh vs devices, batch vs data axis, micro-batches)
 before anything is loaded or compiled; then the model directory, problem files, output directory,
-checkpoints (with --resume) and the judge (GET /healthz) are checked (`maxk_jax.preflight`). A
+checkpoints (with --resume) and the judge (GET /healthz) are checked (`maxk_jax.cli.preflight`). A
 user's mistake is one line on stderr and exit status 2 (`maxk_jax.cli`); a step in which every
 sample is masked (no reward: the judge is down) stops the run (``rollout.masked_steps_tolerated``).
 The console gets the last step's headline metrics as a table. Outputs in config.output_dir:
@@ -31,7 +31,8 @@ from typing import Any
 from absl import app, flags
 from ml_collections import config_flags
 
-from maxk_jax import cli, config_overrides
+from maxk_jax import cli
+from maxk_jax.cli import config_overrides
 from maxk_jax.rl.method import define_method_flag, method_flag
 
 FLAGS = flags.FLAGS
@@ -58,7 +59,7 @@ flags.DEFINE_bool("validate_only", False, "Validate the config (no model loading
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from maxk_jax import preflight
+    from maxk_jax.cli import preflight
     from maxk_jax.pipelines.compare import checkpoint_steps
     from maxk_jax.rl import loop as rl_loop
     from maxk_jax.rl.config_dict import from_config_dict, to_config_dict

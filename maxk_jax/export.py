@@ -22,8 +22,8 @@ import os
 import shutil
 from typing import Any, Optional
 
-from maxk_jax import preflight
-from maxk_jax.checkpoint import CheckpointNotFoundError, Checkpointer
+from maxk_jax.cli import preflight
+from maxk_jax.runtime.checkpoint import CheckpointNotFoundError, Checkpointer
 from maxk_jax.eval.checkpoint import is_hf_dir
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")

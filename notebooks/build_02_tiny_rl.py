@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from maxk_jax import estimators, sampling, sharding
+from maxk_jax import estimators, sampling
+from maxk_jax.runtime import sharding
 from maxk_jax.rl import rollout
 from maxk_jax.rl import training
 from maxk_jax.rl import warmup

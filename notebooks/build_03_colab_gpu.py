@@ -62,7 +62,8 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from maxk_jax import sampling, sharding
+from maxk_jax import sampling
+from maxk_jax.runtime import sharding
 from maxk_jax.data import load_dataset
 from maxk_jax.eval.run import EvalOptions, evaluate
 from maxk_jax.execution import make_executor
@@ -92,7 +93,7 @@ if OFFLINE:
     # the testbed's test split (4 scalar operations per problem; drawn before the train split, so num_train=0
     # gives the same problems) and the base warmed up on its train split
     from maxk_jax.data.synthetic import make_split
-    from maxk_jax.fields import replace_fields
+    from maxk_jax.cli.fields import replace_fields
     from maxk_jax.pipelines import testbed_config
     synthetic = replace_fields(testbed_config(), {"synthetic.min_ops": 4, "synthetic.max_ops": 4}).synthetic
     problems = make_split(dataclasses.replace(synthetic, num_train=0))[1]

@@ -1,7 +1,7 @@
 """XLA flags of the test processes and of the programs they launch (``python -m experiments.*``).
 
 The tests' programs are tiny models on a 2-core CPU, so XLA compiling them costs far more than running
-them: LLVM optimisation level 0 (``maxk_jax.simulated_devices.FAST_COMPILE_FLAG``, which ``experiments.bandit
+them: LLVM optimisation level 0 (``maxk_jax.planning.simulated_devices.FAST_COMPILE_FLAG``, which ``experiments.bandit
 --fast_compile`` sets too) cut the default run from 1,036 s to 791 s, every test passing. The HLO passes (fusion
 included) still run; only the CPU code generation changes, so the code is slower and float results can
 differ from an optimised build in the last bits. Hence a test process and the runs it launches use the
@@ -10,7 +10,7 @@ test that checks measured speed (the benchmark's smoke run) launches it with ``f
 """
 from __future__ import annotations
 
-from maxk_jax.simulated_devices import COUNT_FLAG, FAST_COMPILE_FLAG   # no jax import
+from maxk_jax.planning.simulated_devices import COUNT_FLAG, FAST_COMPILE_FLAG   # no jax import
 
 
 def xla_flags(devices: int = 8, fast_compile: bool = True) -> str:

@@ -12,19 +12,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Stage of each unit (a top-level module / subpackage of maxk_jax; rl's modules one by one).
 # A unit may import only units of the same or an earlier stage.
 STAGE = {
-    "sharding": 0, "multihost": 0, "checkpoint": 0, "config_overrides": 0, "cli": 0, "models": 0, "data": 0,
-    "preflight": 0, "fields": 0, "simulated_devices": 0, "machine": 0, "trace_summary": 0, "targets": 0,
+    "models": 0, "data": 0, "runtime": 0, "cli": 0,
     "sampling": 1,
     "execution": 2,
-    "judging": 3,
     "estimators": 4,
     "eval": 5, "export": 5, "rl.losses": 5, "rl.logprobs": 5, "rl.staleness": 5, "rl.step_metrics": 5,
     "rl.wiring": 5,
     "rl.training": 6, "rl.exactness": 6,
     "rl.rollout": 7, "rl.warmup": 7, "rl.metrics_log": 7, "rl.run_config": 7, "rl.config_dict": 7,
-    "rl.loop": 7, "rl.producer": 7, "rl.method": 7,
-    "memory_plan": 7, "sample_plan": 7, "gpu_plan": 7, "hlo_cost": 7, "tpu_plan": 7, "step_roofline": 7,
-    "rl.bench": 7,
+    "rl.loop": 7, "rl.producer": 7, "rl.method": 7, "rl.bench": 7, "planning": 7,
     "pipelines": 8,
 }
 

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from maxk_jax import export
-from maxk_jax.checkpoint import Checkpointer
+from maxk_jax.runtime.checkpoint import Checkpointer
 from maxk_jax.models import convert, qwen2
 from maxk_jax.models.tokenizer import load_tokenizer
 

@@ -13,7 +13,7 @@ import ml_collections
 from maxk_jax.pipelines.config import rl_defaults
 from maxk_jax.rl.config_dict import to_config_dict
 from maxk_jax.rl.run_config import RunConfig
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 
 
 def get_run_config() -> RunConfig:

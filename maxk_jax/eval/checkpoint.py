@@ -2,7 +2,7 @@
 
 * HF directory (has ``config.json``): `maxk_jax.models.convert.load_hf`; the tokenizer is read
   from the same directory unless another one is given.
-* Orbax checkpoint written by `maxk_jax.checkpoint.Checkpointer` (the training run's
+* Orbax checkpoint written by `maxk_jax.runtime.checkpoint.Checkpointer` (the training run's
   ``<dir>/<step>/{state,metadata}``; pass the root -- latest or ``step`` -- or a step directory).
   Only the ``params`` subtree of the saved state (``TrainState.params`` of
   `maxk_jax.rl.training`, or any state pytree with a top-level ``params`` entry) is read, with an
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from maxk_jax.checkpoint import CheckpointNotFoundError, Checkpointer
+from maxk_jax.runtime.checkpoint import CheckpointNotFoundError, Checkpointer
 from maxk_jax.models import convert, qwen2
 
 METADATA_MODEL_DIR = "model_dir"
@@ -150,7 +150,7 @@ def load_model(checkpoint: str | os.PathLike, *, step: Optional[int] = None, mod
     config = qwen2.Qwen2Config.from_json_file(os.path.join(model_dir, "config.json"), dtype=name, param_dtype=name)
     abstract = qwen2.abstract_params(config)
     if mesh is not None:
-        from maxk_jax import sharding
+        from maxk_jax.runtime import sharding
 
         shardings = sharding.param_shardings(mesh, qwen2.logical_axes(config), abstract)
         abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),

@@ -23,7 +23,7 @@ import numpy as np
 
 from maxk_jax import estimators
 from maxk_jax.eval.bootstrap import bootstrap_ci, reported_ks
-from maxk_jax.judging import STATUSES, ProblemResult  # noqa: F401  (re-exported)
+from maxk_jax.execution.completions import STATUSES, ProblemResult  # noqa: F401  (re-exported)
 
 METRICS = ("pass_at_k", "max_at_k")
 

@@ -48,9 +48,9 @@ from tqdm.auto import tqdm
 from maxk_jax.data.problem import Problem
 from maxk_jax.eval.bootstrap import max_reported_k
 from maxk_jax.eval.result import EvalResult, ProblemResult
-from maxk_jax.judging import Completions, judge_completions
+from maxk_jax.execution.completions import Completions, judge_completions
 from maxk_jax.execution import Executor
-from maxk_jax.fields import check_int
+from maxk_jax.cli.fields import check_int
 from maxk_jax.sampling.sampler import Sampler
 
 
@@ -148,7 +148,7 @@ def host_calls(group: Group, n: int, index: int, count: int) -> list[HostCall]:
         starts = np.cumsum((0,) + group.chunks[:-1])
         return [HostCall(group.indices, int(s), c) for s, c in zip(starts, group.chunks)]
     if group.chunks == (n,):
-        from maxk_jax.multihost import split_evenly
+        from maxk_jax.runtime.multihost import split_evenly
 
         return [HostCall(tuple(split_evenly(group.indices, index, count)), 0, n)]
     if len(group.indices) != 1:
@@ -257,7 +257,7 @@ def sample_calls(source: CompletionSource, problems: Sequence[Problem], calls: S
 def _gather_samples(mine: dict[int, Completions], index: int) -> dict[int, Completions]:
     """Every host's completions of sample-split problems, concatenated in host order (= sample
     order, `host_calls`); a collective.  Hosts holding the same block contribute it once."""
-    from maxk_jax.multihost import allgather_objects
+    from maxk_jax.runtime.multihost import allgather_objects
 
     by_host: dict[int, Any] = {}
     for h, part in allgather_objects([index, {str(i): [list(c.texts), None if c.lengths is None else
@@ -350,7 +350,7 @@ def run_evaluation(problems: Sequence[Problem], source: CompletionSource, *, exe
     count = options.host[1]
     batch_size, fail_on_excluded, keep_completions = options.batch_size, options.fail_on_excluded, options.keep_completions
     if count > 1:   # every host resumes from process 0's finished results
-        from maxk_jax.multihost import broadcast_object
+        from maxk_jax.runtime.multihost import broadcast_object
 
         done = [ProblemResult.from_json(r) for r in broadcast_object([r.to_json() for r in done])]
     finished = _check_done(done, problems, n, keep_completions)
@@ -452,7 +452,7 @@ def _sample_group(source: CompletionSource, problems: list[Problem], group: Grou
 def _allgathered(new: Sequence[ProblemResult]) -> list[ProblemResult]:
     """Every host's new results (``multihost.allgather_objects``), merged in index order (of replicated
     results the first copy)."""
-    from maxk_jax.multihost import allgather_objects
+    from maxk_jax.runtime.multihost import allgather_objects
 
     merged = {}
     for part in allgather_objects([r.to_json() for r in new]):

@@ -3,7 +3,7 @@
     ex = RewardFunctionExecutor(my_reward)            # my_reward(problem, completion) -> float in [0, 1]
     rl_loop.run(cfg, executor=ex)                     # or rollout.executor="reward:my_module:my_reward"
 
-Unlike the code judges it sees the raw completion, not extracted code: `maxk_jax.judging.
+Unlike the code judges it sees the raw completion, not extracted code: `maxk_jax.execution.completions.
 judge_completions` sends executors whose ``judges_completions`` is true one
 `CompletionSubmission` per sample, ``{"id", "problem", "completion"}`` (in-process only: a
 `Problem` object is no JSON). Each answer is a graded `JudgeResult`: status ``ok``, the reward,
@@ -64,7 +64,7 @@ class RewardFunctionExecutor(Executor):
             if not isinstance(sub, dict) or not isinstance(sub.get("problem"), Problem) \
                     or not isinstance(sub.get("completion"), str):
                 raise ValueError(f"the reward function {self.name} scores completions: each submission must be "
-                                 "{'id', 'problem': Problem, 'completion': str} (maxk_jax.judging.judge_completions "
+                                 "{'id', 'problem': Problem, 'completion': str} (maxk_jax.execution.completions.judge_completions "
                                  f"sends those), got {sub!r:.120}")
         return [self._result(sub, r) for sub, r in zip(subs, self._rewards(subs))]
 

@@ -184,7 +184,7 @@ def load_hf(path: str | os.PathLike, dtype: Any = jnp.float32, *,
 
     Returns ``(config, params)`` with params in ``dtype`` (also the config's param_dtype and
     compute dtype unless overridden). ``shardings`` (a tree of ``jax.sharding.Sharding`` like the
-    params) or ``mesh`` (uses :func:`maxk_jax.sharding.param_shardings`) places every tensor
+    params) or ``mesh`` (uses :func:`maxk_jax.runtime.sharding.param_shardings`) places every tensor
     straight onto its shards; default: this process's first local device. Missing, unexpected or wrongly shaped
     tensors raise a ValueError naming the key.
     """
@@ -200,7 +200,7 @@ def load_hf(path: str | os.PathLike, dtype: Any = jnp.float32, *,
     config = qwen2.Qwen2Config.from_json_file(config_file, **overrides)
     abstract = qwen2.abstract_params(config)
     if shardings is None and mesh is not None:
-        from maxk_jax import sharding as sharding_lib
+        from maxk_jax.runtime import sharding as sharding_lib
         shardings = sharding_lib.param_shardings(mesh, qwen2.logical_axes(config), abstract)
     src = _TensorSource(path)
     expected = set(expected_hf_keys(config))

@@ -45,7 +45,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec
 
-from maxk_jax import sharding as sh
+from maxk_jax.runtime import sharding as sh
 from maxk_jax.models import auto
 from maxk_jax.models.attention import compiling_for_gpu, context_platform
 from maxk_jax.models.kv_cache import attend_decode, write_slot

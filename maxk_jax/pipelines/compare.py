@@ -32,7 +32,7 @@ from maxk_jax.pipelines.evaluation import eval_problems, eval_sampler, evaluate_
 from maxk_jax.pipelines.methods import REFERENCE, MethodTable, apply_method, validate_methods
 from maxk_jax.pipelines.phases import PhaseTimer, write_json
 from maxk_jax.rl.metrics_log import read_metrics
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 
 if TYPE_CHECKING:
     from maxk_jax.eval.result import EvalResult

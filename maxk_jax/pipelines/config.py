@@ -20,10 +20,10 @@ import os
 from typing import Any, Optional
 
 from maxk_jax.data.synthetic import SyntheticConfig
-from maxk_jax.fields import Options, check_int, check_type, option_pairs
+from maxk_jax.cli.fields import Options, check_int, check_type, option_pairs
 from maxk_jax.rl.method import UNBIASED_OFFPOLICY, loss_form, with_method
 from maxk_jax.rl.run_config import DistributedSettings, RunConfig, check_sampler
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 from maxk_jax.rl.warmup import WarmupConfig
 from maxk_jax.sampling import SamplerSettings
 

@@ -68,7 +68,7 @@ def evaluate_model(cfg: PipelineConfig, sampler: Sampler, problems: Sequence[Pro
     pass@k / max@k [P, K]). ks: the k values of the tables (default 1, 2, 4, ..., n/2)."""
     from maxk_jax.eval.report import write_report
     from maxk_jax.eval.run import EvalOptions, evaluate
-    from maxk_jax.multihost import batch_block
+    from maxk_jax.runtime.multihost import batch_block
 
     options = EvalOptions(ks=None if ks is None else tuple(ks), batch_size=cfg.eval.batch_size, progress=progress,
                           host=batch_block(sampler.mesh))

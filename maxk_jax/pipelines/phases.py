@@ -1,6 +1,6 @@
 """Running a pipeline's phases: wall / CPU seconds per phase (`PhaseTimer`), process 0 first on
 multi-host runs (`lead_first`), the JSON records the phases write (`write_json`), and the host CPU
-they ran on (`cpu_model`, from `maxk_jax.machine`: the warm-up base and timings are reproducible per CPU
+they ran on (`cpu_model`, from `maxk_jax.runtime.machine`: the warm-up base and timings are reproducible per CPU
 model only)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from maxk_jax.machine import cpu_model  # noqa: F401  (re-exported: the phases' records name the CPU)
+from maxk_jax.runtime.machine import cpu_model  # noqa: F401  (re-exported: the phases' records name the CPU)
 
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from maxk_jax.pipelines.compare import aggregate, training_stats
 from maxk_jax.pipelines.config import PipelineConfig
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 
 # the max@k estimators of the grid per baseline: (first-order r~', exact eq. 10)
 FAMILIES = {"zscore": ("maxk_offpolicy", "maxk_offpolicy_exact"),

@@ -151,7 +151,7 @@ def run_pipeline(cfg: PipelineConfig, *, overwrite: bool = False, resume: bool =
     continues from its newest checkpoint, or is skipped when it finished, and finished evaluations
     are read back). executor: the judge (default ``make_executor(cfg.executor)``, closed at the end;
     a given one is left open)."""
-    from maxk_jax import sharding
+    from maxk_jax.runtime import sharding
     from maxk_jax.eval.compare import compare_runs, write_comparison
     from maxk_jax.models import convert
     from maxk_jax.models.tokenizer import load_tokenizer

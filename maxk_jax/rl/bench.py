@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from maxk_jax.data.problem import Problem
-from maxk_jax.fields import check_choice, check_int, check_real, replace_fields
+from maxk_jax.cli.fields import check_choice, check_int, check_real, replace_fields
 from maxk_jax.models import qwen2
 from maxk_jax.rl.method import DEFAULT_METHOD, apply_method, check_method
 from maxk_jax.rl.run_config import RunConfig
@@ -212,7 +212,7 @@ def run_bench(s: BenchSettings, output_dir: str, *, progress: bool = True) -> di
     ``first_step_s`` (compiles included), ``compile_s`` = first step - median step, peak memory)."""
     from tqdm.auto import tqdm
 
-    from maxk_jax import sharding as sharding_lib
+    from maxk_jax.runtime import sharding as sharding_lib
     from maxk_jax.execution import make_executor
     from maxk_jax.rl import loop
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from ml_collections import ConfigDict, FieldReference
 
-from maxk_jax.fields import on_path
+from maxk_jax.cli.fields import on_path
 from maxk_jax.rl import losses
 from maxk_jax.rl.run_config import SECTION_TYPES, AlgoSettings, RunConfig
 from maxk_jax.rl.method import loss_form

@@ -65,10 +65,10 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from maxk_jax import checkpoint as ckpt_lib
-from maxk_jax import multihost
+from maxk_jax.runtime import checkpoint as ckpt_lib
+from maxk_jax.runtime import multihost
 from maxk_jax.rl import rollout as rollout_lib
-from maxk_jax import sharding as sharding_lib
+from maxk_jax.runtime import sharding as sharding_lib
 from maxk_jax.rl import producer as producer_lib
 from maxk_jax.rl import training
 from maxk_jax.data import load_dataset, load_problems, make_token_counter

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from absl import flags
 
-from maxk_jax.fields import Options, check_choice, replace_fields
+from maxk_jax.cli.fields import Options, check_choice, replace_fields
 from maxk_jax.rl import losses
 from maxk_jax.rl.run_config import RunConfig
 from maxk_jax.rl.training import loss_kind

@@ -8,7 +8,7 @@
 
 Sampling is the `maxk_jax.sampling.Sampler` (one key per rollout, split per sample); completions
 are decoded without special tokens, code is extracted and judged by
-``maxk_jax.judging.judge_completions`` (sandbox errors re-judged ``sandbox_retries`` times).
+``maxk_jax.execution.completions.judge_completions`` (sandbox errors re-judged ``sandbox_retries`` times).
 A sample whose reward stays null (``sandbox_error``, or ``invalid`` = the problem's own tests
 are broken) gets ``valid = False``: it is masked out of the estimator and the loss and counted
 (``masked_samples``), never turned into a 0 reward.
@@ -35,11 +35,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from maxk_jax import multihost, sampling
+from maxk_jax import sampling
+from maxk_jax.runtime import multihost
 from maxk_jax.rl import training
 from maxk_jax.data.problem import Problem
 from maxk_jax.eval.result import ProblemResult, problem_metrics
-from maxk_jax.judging import Completions, judge_completions
+from maxk_jax.execution.completions import Completions, judge_completions
 from maxk_jax.execution import Executor
 
 STATUSES = ("ok", "sandbox_error", "invalid")

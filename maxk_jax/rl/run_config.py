@@ -3,7 +3,7 @@
     run = RunConfig(model=ModelSettings(path="/models/qwen"), output_dir="runs/maxk",
                     algo=AlgoSettings(estimator="grpo", k=2),
                     rollout=RolloutConfig(prompts=8, sampler=SamplerSettings(n=4, max_new_tokens=64)))
-    run = replace_fields(run, {"algo.loss.kl_beta": 0.0, "rollout.sampler.temperature": 0.7})   # maxk_jax.fields
+    run = replace_fields(run, {"algo.loss.kl_beta": 0.0, "rollout.sampler.temperature": 0.7})   # maxk_jax.cli.fields
     step = run.step_config()          # training.StepConfig of the run
     step = run.validate(num_devices)  # + the checks that need the devices (mesh, batch, optimizer)
     sampler = run.rollout_sampler(model_config, tokenizer)   # sampling.Sampler template of the rollout
@@ -33,11 +33,11 @@ from maxk_jax.data.prompts import PROMPT_FORMATS
 from maxk_jax.rl.rollout import REWARDS
 from maxk_jax.models.qwen2_config import (DECODE_ATTENTION, DEFAULT_DECODE_ATTENTION, DEFAULT_REMAT_POLICY,
                                          REMAT_POLICIES)
-from maxk_jax.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
+from maxk_jax.cli.fields import (Options, check_choice, check_int, check_real, check_type, int_tuple, is_int,
                              option_pairs)
 from maxk_jax.rl.training import StepConfig
 from maxk_jax.sampling import MIN_PROMPT_BUCKET, Sampler, SamplerSettings
-from maxk_jax.sharding import MeshConfig
+from maxk_jax.runtime.sharding import MeshConfig
 
 DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("constant", "cosine", "linear")
@@ -298,7 +298,7 @@ class DistributedSettings:
     def initialize(self) -> bool:
         """``jax.distributed.initialize`` when ``enabled`` (explicit coordinator / process count / id
         when ``coordinator_address`` is set, else auto-detected); call before jax sees its devices."""
-        from maxk_jax.sharding import maybe_initialize_distributed
+        from maxk_jax.runtime.sharding import maybe_initialize_distributed
 
         kwargs = ({"coordinator_address": self.coordinator_address, "num_processes": self.num_processes,
                    "process_id": self.process_id} if self.coordinator_address else {})
@@ -527,7 +527,7 @@ class RunConfig:
         ``max_new_tokens`` columns, fits the card); unchanged when the policy is set or remat is off."""
         if model_config.remat_policy != "auto" or not model_config.remat:
             return model_config
-        from maxk_jax import memory_plan
+        from maxk_jax.planning import memory_plan
         from maxk_jax.sampling import prompt_length_bucket
 
         def prompt_len() -> int:

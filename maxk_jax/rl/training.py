@@ -61,8 +61,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from maxk_jax.rl import logprobs, losses, staleness, step_metrics, wiring
 from maxk_jax.rl.step_metrics import DELTA_THRESHOLDS
-from maxk_jax import sharding as sharding_lib
-from maxk_jax.fields import check_real, is_int
+from maxk_jax.runtime import sharding as sharding_lib
+from maxk_jax.cli.fields import check_real, is_int
 from maxk_jax.estimators import behaviour_refusal, estimator_info, estimator_options, get_estimator
 from maxk_jax.models import qwen2
 from maxk_jax.sampling import SamplerSettings

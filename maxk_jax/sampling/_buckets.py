@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from jax.sharding import Mesh
 
-from maxk_jax import sharding as sharding_lib
+from maxk_jax.runtime import sharding as sharding_lib
 
 #: Smallest prompt-length bucket (see :func:`prompt_length_bucket`).
 MIN_PROMPT_BUCKET = 16

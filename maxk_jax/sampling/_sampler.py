@@ -59,7 +59,7 @@ with log-prob 0 and ``mask`` False. Stop ids and the pad id are runtime data (st
 a power-of-two array >= 8 with -1), so changing them does not recompile; n, T, temperature,
 top-k and top-p are static (:class:`SamplerSettings`) and each new value compiles once.
 
-Sharding: with ``mesh`` (see :mod:`maxk_jax.sharding`) the prompt batch, keys, KV cache (the
+Sharding: with ``mesh`` (see :mod:`maxk_jax.runtime.sharding`) the prompt batch, keys, KV cache (the
 prompt block over its Pb rows, the sample block over its Pb*n rows: a shard holds whole prompts
 and their samples, since Pb is a multiple of the shard count) and outputs are split along the
 mesh's batch axes ``('data', 'fsdp')`` and the model's activation
@@ -94,10 +94,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from maxk_jax import multihost
-from maxk_jax import sharding as sharding_lib
+from maxk_jax.runtime import multihost
+from maxk_jax.runtime import sharding as sharding_lib
 from maxk_jax.models import decode, qwen2
-from maxk_jax.fields import check_int
+from maxk_jax.cli.fields import check_int
 from maxk_jax.sampling import lm_head_draw
 from maxk_jax.sampling._draw import draw_tokens
 from maxk_jax.sampling._filters import filtered_logits, sampling_logprobs, validate_filters

@@ -52,8 +52,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from maxk_jax import sharding as sharding_lib
-from maxk_jax import multihost
+from maxk_jax.runtime import sharding as sharding_lib
+from maxk_jax.runtime import multihost
 from maxk_jax.models import decode, qwen2
 
 Params = Any

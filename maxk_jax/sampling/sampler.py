@@ -26,7 +26,7 @@ import numpy as np
 
 from maxk_jax.data.problem import Problem
 from maxk_jax.data.prompts import PROMPT_FORMATS, encode_problems
-from maxk_jax.fields import check_int, int_tuple
+from maxk_jax.cli.fields import check_int, int_tuple
 from maxk_jax.models.tokenizer_protocol import Tokenizer
 from maxk_jax.sampling._buckets import MIN_PROMPT_BUCKET
 from maxk_jax.sampling._sampler import SampleOutput, SamplerSettings, generate

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from maxk_jax.checkpoint import Checkpointer
+from maxk_jax.runtime.checkpoint import Checkpointer
 from maxk_jax.eval.checkpoint import generation_eos_ids, load_model
 from maxk_jax.models import convert, qwen2
 from maxk_jax.models.tiny import tiny_qwen2_config

@@ -8,7 +8,7 @@ import pytest
 from maxk_jax.data import Problem, StdioCase, StdioTests
 from maxk_jax.data.rewards import batched_reward
 from maxk_jax.execution import JudgeCounter, RewardFunctionExecutor, make_executor
-from maxk_jax.judging import Completions, ProblemResult, judge_completions
+from maxk_jax.execution.completions import Completions, ProblemResult, judge_completions
 
 
 def _problem(i, answer):
@@ -141,7 +141,7 @@ def test_the_judge_package_stays_light():
     import subprocess
     import sys
 
-    code = ("import sys, maxk_jax.execution, maxk_jax.preflight\n"
+    code = ("import sys, maxk_jax.execution, maxk_jax.cli.preflight\n"
             "print(sorted(m for m in ('numpy', 'maxk_jax.data') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout

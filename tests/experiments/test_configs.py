@@ -8,7 +8,7 @@ from maxk_jax.estimators import estimator_info
 from maxk_jax.pipelines import from_config_dict as pipeline_from_config_dict
 from maxk_jax.pipelines import rl_config, shortcut_overrides
 from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 
 
 def test_every_method_config_validates():

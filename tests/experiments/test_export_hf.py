@@ -36,7 +36,7 @@ def run_dir(tmp_path_factory, tiny_ckpt):
     """A train-style run directory: checkpoints/1 with params = 2 x the tiny model's."""
     import jax
 
-    from maxk_jax.checkpoint import Checkpointer
+    from maxk_jax.runtime.checkpoint import Checkpointer
     from maxk_jax.models import convert
 
     _, params = convert.load_hf(tiny_ckpt)

@@ -1,5 +1,5 @@
 """experiments/plan_memory.py as a script: bad layouts fail before compiling; a 1-layer 0.5B plan
-writes its md/json/png (the planning itself is tested in tests/test_memory_plan.py)."""
+writes its md/json/png (the planning itself is tested in tests/planning/test_memory_plan.py)."""
 import json
 import os
 import subprocess

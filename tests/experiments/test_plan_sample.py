@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from maxk_jax import gpu_plan
+from maxk_jax.planning import gpu_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

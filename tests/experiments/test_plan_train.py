@@ -48,7 +48,7 @@ def test_plan_train_rejects_bad_layouts_before_compiling(tmp_path):
 
 
 def test_plan_train_for_a_deviceless_h100(tmp_path):
-    from maxk_jax import gpu_plan
+    from maxk_jax.planning import gpu_plan
     args = [sys.executable, "-m", "experiments.plan_train", "--target=h100", "--preset=qwen2.5-coder-0.5b",
             "--layers=1", "--prompts=2", "--n=4", "--prompt_len=32", "--completion_len=32", "--micro_batches=1",
             "--remat_policy=dots", f"--results_dir={tmp_path}"]
@@ -68,7 +68,7 @@ def test_plan_train_for_a_deviceless_h100(tmp_path):
 def test_plan_train_tpu_target_checks_the_layout_then_needs_libtpu(tmp_path):
     """--target=<TPU slice>: a layout that does not use the slice's chips is refused in one line
     before anything compiles; without libtpu the refusal names what to install."""
-    from maxk_jax.targets import tpu
+    from maxk_jax.planning.targets import tpu
     base = [sys.executable, "-m", "experiments.plan_train", "--target=v5e-4", "--preset=qwen2.5-coder-0.5b",
             "--layers=1", "--prompts=2", "--n=4", "--prompt_len=32", "--completion_len=32", "--micro_batches=1",
             f"--results_dir={tmp_path}/r"]

@@ -8,7 +8,7 @@ import jax
 import pytest
 from absl import logging
 
-from maxk_jax import gpu_plan, memory_plan
+from maxk_jax.planning import gpu_plan, memory_plan
 from maxk_jax.models import auto, decode_attention, qwen2
 from maxk_jax.rl.run_config import ModelSettings, RunConfig
 
@@ -106,7 +106,7 @@ def test_remat_rule_compiles_nothing_off_gpu_or_without_a_memory_limit():
 
 def _tiny_run():
     run = RunConfig()
-    from maxk_jax.fields import replace_fields
+    from maxk_jax.cli.fields import replace_fields
     return replace_fields(run, {"rollout.prompts": 2, "rollout.sampler.n": 4, "rollout.sampler.max_new_tokens": 16,
                                 "algo.k": 2, "mesh.data": 1, "mesh.fsdp": 1, "mesh.tensor": 1})
 
@@ -116,7 +116,7 @@ def test_train_step_remat_by_a_real_compile_on_cpu():
     config = qwen2.Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=128, num_layers=1, num_heads=2,
                                num_kv_heads=1, remat=True)
     run = _tiny_run()
-    from maxk_jax import sharding as sh
+    from maxk_jax.runtime import sharding as sh
     mesh = sh.make_mesh(1, 1, 1, devices=jax.devices("cpu")[:1])
     shape = dict(sequences=8, prompt_len=32, completion_len=32)
     needs = {}

@@ -11,7 +11,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file, save_file
 
-from maxk_jax import sharding as sh
+from maxk_jax.runtime import sharding as sh
 from maxk_jax.models import convert, qwen2
 from tests.models.hf_fixtures import make_tiny_hf_checkpoint
 

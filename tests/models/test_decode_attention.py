@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from maxk_jax import gpu_plan
-from maxk_jax import sharding as sh
+from maxk_jax.planning import gpu_plan
+from maxk_jax.runtime import sharding as sh
 from maxk_jax.models import decode, decode_attention, kv_cache, qwen2
 from maxk_jax.models.kv_cache import attend_decode
 

@@ -2,7 +2,7 @@
 the base model; the synthetic split is cached by its settings."""
 from maxk_jax.pipelines import default_config, shortcut_overrides, smoke_config
 from maxk_jax.pipelines import base_key, prepare_data, section_dict, settings_hash
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 
 
 def test_base_key_changes_with_every_section():

@@ -9,7 +9,7 @@ import pytest
 
 from maxk_jax.pipelines import default_config, smoke_config
 from maxk_jax.pipelines import aggregate, results_markdown, run_comparison, training_stats
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 from tests.pipelines.fixtures import eval_result, method_table
 
 METHODS = method_table()

@@ -11,7 +11,7 @@ from ml_collections import config_flags
 from maxk_jax.pipelines import (PipelineConfig, PipelineData, PipelineEval, TinyModelSettings, TokenizerSettings,
                                 WarmupPhase, apply_overrides, default_config, from_config_dict, rl_config,
                                 shortcut_overrides, to_config_dict, smoke_config, uses_judge_cache, validate_config)
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 
 
 def test_judge_cache_is_used_for_synthetic_data_only():

@@ -4,7 +4,7 @@ from maxk_jax.pipelines import default_config
 from maxk_jax.sampling import SamplerSettings
 from maxk_jax.execution import CachingExecutor
 from maxk_jax.pipelines import apply_overrides, eval_sampler, open_judge
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 
 
 class _Closable:

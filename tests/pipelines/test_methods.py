@@ -5,7 +5,7 @@ against the pipeline config."""
 import pytest
 
 from maxk_jax.pipelines import TABLE2_METHODS, apply_method, default_config, method_spec, rl_config, validate_methods
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 from maxk_jax.rl.method import Method
 from tests.pipelines.fixtures import method_table
 

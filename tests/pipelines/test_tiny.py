@@ -13,7 +13,7 @@ from maxk_jax.eval import compare_runs
 from maxk_jax.pipelines import apply_overrides, prepare_base, prepare_data, report_markdown, run_pipeline
 from maxk_jax.pipelines.phases import cpu_model
 from maxk_jax.pipelines.tiny import check_run_dir, resume_note
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 from tests.pipelines.fixtures import (TEST_FUNCS, TRAIN_FUNCS, check_mbpp_run, eval_result,  # noqa: F401
                                      mbpp_route)
 

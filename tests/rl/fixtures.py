@@ -1,7 +1,7 @@
 """Shared helpers of the RL tests: tiny stdio problems and a laptop-scale RunConfig."""
 from maxk_jax.data import Problem, StdioCase, StdioTests
 from maxk_jax.rl.run_config import RunConfig
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 from maxk_jax.sampling import SamplerSettings
 
 

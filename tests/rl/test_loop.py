@@ -17,7 +17,7 @@ from maxk_jax.rl import rollout
 from maxk_jax.rl import training
 from maxk_jax.estimators import max_at_k
 from maxk_jax.rl.metrics_log import MetricsLogger, deterministic, read_metrics
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 from maxk_jax.sampling import Sampler, SamplerSettings
 from tests.rl.fixtures import echo_problem, small_config
 from tests.cpu_flags import xla_flags
@@ -162,7 +162,7 @@ def test_bad_configs_fail_before_loading_or_compiling(tmp_path, monkeypatch, cha
 def test_rollout_logprobs_match_training_forward_under_truncation(tiny_ckpt, problems_file):
     """Sampler log-probs (T = 0.7, top-p 0.9, top-k 20) == the train step's policy log-probs at
     iteration 0: the training forward uses the same temperature and truncation."""
-    from maxk_jax import sharding
+    from maxk_jax.runtime import sharding
     from maxk_jax.data import load_problems
     from maxk_jax.execution import make_executor
     from maxk_jax.models import convert
@@ -254,7 +254,7 @@ def test_sigkill_and_resume_reproduces_uninterrupted_run(warm_ckpt, problems_fil
     assert all(r["ppo/it1/is_log_ratio_abs_max"] > 0 for r in a)
     assert [r["step"] for r in a if "eval/max_at_k/2" in r] == [2, 4]    # periodic evaluation
     assert (cut_dir / "eval" / "step_4" / "summary.json").is_file()
-    from maxk_jax.checkpoint import Checkpointer
+    from maxk_jax.runtime.checkpoint import Checkpointer
     with Checkpointer(full_dir / "checkpoints", read_only=True) as c1, \
             Checkpointer(cut_dir / "checkpoints", read_only=True) as c2:
         assert c1.all_steps() == c2.all_steps() == [2, 4]
@@ -339,7 +339,7 @@ def test_a_rollout_sub_mesh_trains_as_the_same_meshes_on_a_machine_of_their_own(
     """8 devices with rollout.devices=4 (learner on 4, rollout copy sent to the other 4) gives the
     metrics of a 4-device process whose learner and rollout share its 4 devices: the same two
     programs on the same mesh shapes; only where they run differs."""
-    from tests.test_multihost import assert_same_metrics, finish, start, train_args
+    from tests.runtime.test_multihost import assert_same_metrics, finish, start, train_args
 
     args = lambda out: [a.replace("--config.max_steps=2", "--config.max_steps=3") for a in  # noqa: E731
                         train_args(tiny_ckpt, problems_file, out)] + ["--config.rollout.max_staleness=1"]
@@ -463,6 +463,6 @@ def test_a_reward_function_trains_on_the_arithmetic_task(tiny_ckpt, tmp_path):
     assert len(fixtures.SCORED) == 8 and all(pid.startswith("arithmetic/train/") for pid, _, _ in fixtures.SCORED)
     assert record["reward/mean"] == pytest.approx(np.mean([r for _, _, r in fixtures.SCORED]))
     assert np.isfinite(record["ppo/loss"])
-    from maxk_jax.checkpoint import Checkpointer
+    from maxk_jax.runtime.checkpoint import Checkpointer
     with Checkpointer(tmp_path / "out" / "checkpoints", read_only=True) as saved:
         assert saved.all_steps() == [1]

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from maxk_jax.estimators import list_estimators
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 from maxk_jax.rl.method import (DEFAULT_METHOD, METHODS, UNBIASED_OFFPOLICY, VARIANTS, Method, apply_method,
                                 check_method, method_label, method_names, method_spec)
 from maxk_jax.rl.run_config import RunConfig

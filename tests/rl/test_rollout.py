@@ -6,7 +6,7 @@ import pytest
 from maxk_jax.rl import rollout
 from maxk_jax.data.problem import Limits, Problem, StdioCase, StdioTests
 from maxk_jax.estimators import get_estimator
-from maxk_jax.judging import Completions, judge_completions
+from maxk_jax.execution.completions import Completions, judge_completions
 from maxk_jax.execution import make_executor
 
 PROBLEM = Problem(id="double", source="t", prompt="Read x, print 2x.", limits=Limits(cpu_s=0.5, wall_s=1.0),

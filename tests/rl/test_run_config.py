@@ -12,7 +12,7 @@ from maxk_jax.rl.config_dict import from_config_dict, to_config_dict
 from maxk_jax.rl.losses import LossConfig
 from maxk_jax.rl.run_config import (AlgoSettings, DataSettings, EvalSettings, ModelSettings, OptimSettings, RolloutConfig, RunConfig)
 from maxk_jax.rl.method import Method, with_method
-from maxk_jax.fields import replace_fields
+from maxk_jax.cli.fields import replace_fields
 from maxk_jax.sampling import SamplerSettings
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from maxk_jax import sharding
+from maxk_jax.runtime import sharding
 from maxk_jax.rl import logprobs, training
 from maxk_jax.rl.losses import LossConfig
 from maxk_jax.sampling import SamplerSettings

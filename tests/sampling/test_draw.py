@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from absl.testing import parameterized
 
-from maxk_jax import gpu_plan, memory_plan, sampling
+from maxk_jax import sampling
+from maxk_jax.planning import gpu_plan, memory_plan
 from maxk_jax.sampling import filtered_logits
 
 

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from maxk_jax import sharding
+from maxk_jax.runtime import sharding
 from maxk_jax.models import decode, qwen2
 from maxk_jax.sampling import generate
 from maxk_jax.sampling.rollout_copy import (RolloutLayout, rollout_dtype, rollout_mesh,

@@ -11,7 +11,8 @@ from absl.testing import parameterized
 import torch
 from scipy import stats
 
-from maxk_jax import sampling, sharding
+from maxk_jax import sampling
+from maxk_jax.runtime import sharding
 from maxk_jax.sampling import _sampler
 from maxk_jax.models import convert, qwen2
 from maxk_jax.sampling import sampling_logprobs
