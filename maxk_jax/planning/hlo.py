@@ -47,7 +47,7 @@ CALLS = re.compile(r"calls=%?([\w.\-]+)")
 
 def shape_bytes(shape: str) -> int:
     """Bytes of an HLO result shape (a tuple's elements summed): ``'(f32[2,3], bf16[4])'`` -> 32."""
-    return sum(ITEMSIZE[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _SHAPE.findall(shape))
+    return sum(ITEMSIZE[t] * math.prod(int(d) for d in ds.split(",") if d) for t, ds in _SHAPE.findall(shape))
 
 
 def dims(shape: str) -> list[int]:
