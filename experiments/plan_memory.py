@@ -28,11 +28,11 @@ from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from maxk_jax import cli  # noqa: E402
-from maxk_jax.planning import memory_plan  # noqa: E402
+from maxk_jax.planning import memory_plan, plan_flags, plan_report  # noqa: E402
 from maxk_jax.models import qwen2  # noqa: E402
 
 FLAGS = flags.FLAGS
-memory_plan.define_flags(param_dtype="bfloat16", results_dir="runs/plan_memory")
+plan_flags.define_flags(param_dtype="bfloat16", results_dir="runs/plan_memory")
 flags.DEFINE_integer("batch", 8, "Global batch size (sequences per step).")
 flags.DEFINE_integer("seq", 512, "Tokens per sequence.")
 
@@ -40,7 +40,7 @@ flags.DEFINE_integer("seq", 512, "Tokens per sequence.")
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    config = memory_plan.config_from_flags(NUM_DEVICES)
+    config = plan_flags.config_from_flags(NUM_DEVICES)
     rows = [memory_plan.plan_nll_grad(config, layout, FLAGS.batch, FLAGS.seq)
             for layout in tqdm(FLAGS.layouts, desc="layouts")]
     header = (f"{FLAGS.preset} ({config.num_layers} layers, {qwen2.param_count(config):,} params), "
@@ -49,14 +49,14 @@ def main(argv: list[str]) -> None:
               "per-device bytes from compiled.memory_analysis() (no optimizer state)")
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = memory_plan.to_markdown(rows, header)
+    table = plan_report.to_markdown(rows, header)
     (out / "plan_memory.md").write_text(table)
     (out / "plan_memory.json").write_text(json.dumps(
         {"header": header, "config": config.to_hf_dict(), "batch": FLAGS.batch,
          "seq": FLAGS.seq, "rows": rows}, indent=2))
     title = (f"{FLAGS.preset} ({config.num_layers} layers): grad of NLL, batch {FLAGS.batch} x "
              f"{FLAGS.seq}, {FLAGS.dtype}, remat={FLAGS.remat}")
-    memory_plan.plot(rows, title, out / "plan_memory.png")
+    plan_report.plot(rows, title, out / "plan_memory.png")
     print(table)
     print(f"wrote {out}/plan_memory.{{md,json,png}}")
 

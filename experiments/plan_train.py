@@ -52,12 +52,12 @@ from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from maxk_jax import cli  # noqa: E402
-from maxk_jax.planning import memory_plan  # noqa: E402
+from maxk_jax.planning import memory_plan, plan_flags, plan_report  # noqa: E402
 from maxk_jax.models import qwen2  # noqa: E402
 from maxk_jax.rl import training  # noqa: E402
 
 FLAGS = flags.FLAGS
-memory_plan.define_flags(param_dtype="float32", results_dir="runs/plan_train")
+plan_flags.define_flags(param_dtype="float32", results_dir="runs/plan_train")
 flags.DEFINE_integer("prompts", 16, "Prompts per RL step (experiments/configs/base.py).")
 flags.DEFINE_integer("n", 8, "Samples per prompt (paper: 8).")
 flags.DEFINE_integer("prompt_len", 512, "Prompt bucket length in tokens (CodeContests filter: 512).")
@@ -222,7 +222,7 @@ def main(argv: list[str]) -> None:
                                                 attention=FLAGS.attention, attention_chunk=FLAGS.attention_chunk,
                                                 remat_policy=FLAGS.remat_policy)
     else:
-        config = memory_plan.config_from_flags(NUM_DEVICES)
+        config = plan_flags.config_from_flags(NUM_DEVICES)
 
     cfg = training.StepConfig(estimator=FLAGS.estimator, k=FLAGS.k,
                               sampler=SamplerSettings(n=FLAGS.n, max_new_tokens=FLAGS.completion_len),
@@ -254,8 +254,8 @@ def main(argv: list[str]) -> None:
               f"compute {FLAGS.dtype}, remat {FLAGS.remat}, Adam (mu {FLAGS.mu_dtype}), reference weights "
               f"{FLAGS.ref_dtype}; {NUM_DEVICES} simulated CPU devices; "
               "per-device bytes from compiled.memory_analysis() (state donated: outputs alias args)")
-    table = memory_plan.to_markdown(rows, header) + memory_plan.state_markdown(rows)
-    table += memory_plan.breakdown_markdown(rows, config.vocab_size,
+    table = plan_report.to_markdown(rows, header) + plan_report.state_markdown(rows)
+    table += plan_report.breakdown_markdown(rows, config.vocab_size,
                                             (FLAGS.completion_len, FLAGS.prompt_len + FLAGS.completion_len))
     if FLAGS.plan_sampler:
         table += step_peak_markdown(config, rows)
@@ -264,7 +264,7 @@ def main(argv: list[str]) -> None:
     (out / "plan_train.md").write_text(table)
     (out / "plan_train.json").write_text(json.dumps(
         {"header": header, "config": config.to_hf_dict(), "step_config": repr(cfg), "rows": rows}, indent=2))
-    memory_plan.plot(rows, f"{FLAGS.preset} ({config.num_layers} layers): RL train_step, {b} x "
+    plan_report.plot(rows, f"{FLAGS.preset} ({config.num_layers} layers): RL train_step, {b} x "
                      f"{FLAGS.prompt_len + FLAGS.completion_len}, {m} micro-batches", out / "plan_train.png")
     print(table)
     print(f"wrote {out}/plan_train.{{md,json,png}}")

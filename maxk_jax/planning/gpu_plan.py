@@ -39,11 +39,9 @@ import jax
 import numpy as np
 
 from maxk_jax.planning import memory_plan, sample_plan
-from maxk_jax.planning.hlo_cost import (CALLS as _CALLS, SLICE_ROOTS, Computation as _Comp,  # noqa: F401
-                               fused_traffic as _fused_traffic, need as _need,
-                               operands as _operands, parse as _parse, root_op as _root_op,
-                               root_through_bitcasts as _root_through_bitcasts)
-from maxk_jax.planning.hlo_cost import matmul_flops
+from maxk_jax.planning.hlo import (CALLS, Computation, Instruction, LoopPolicy, need, operands, parse, root_op,
+                                   root_through_bitcasts, shape_bytes, walk_loop_iteration)
+from maxk_jax.planning.hlo_cost import CONTROL_CALLS, SLICE_ROOTS, fused_traffic, matmul_flops
 from maxk_jax.runtime import sharding as sh
 from maxk_jax.models import decode_attention, qwen2
 from maxk_jax.sampling import SamplerSettings, decode_loop
@@ -76,35 +74,35 @@ def _aliased_output_bytes(shape: str, line: str) -> int:
         return 0
     elements = _ARRAY_SHAPE.findall(shape)
     indices = {int(i) for i in re.findall(r"\{(\d+)\}\s*:", m.group(1))}
-    return sum(memory_plan.shape_bytes(elements[i]) for i in indices if i < len(elements))
+    return sum(shape_bytes(elements[i]) for i in indices if i < len(elements))
 
 
-def _reduces_leading(fused: _Comp, index: int) -> bool:
+def _reduces_leading(fused: Computation, index: int) -> bool:
     """Whether fused computation ``fused`` reads its parameter ``index`` only through reductions
     over its leading dimension (possibly after bitcasts): how a split-K GEMM's partials are summed."""
     param = next((n for n, _, op, line in fused.instructions
-                  if op == "parameter" and int(_need(r"parameter\((\d+)\)", line)) == index), None)
+                  if op == "parameter" and int(need(r"parameter\((\d+)\)", line)) == index), None)
     names, seen = [param] if param else [], False
     while names:
         name = names.pop()
         for user, _, op, line in fused.instructions:
-            if name not in _operands(line):
+            if name not in operands(line):
                 continue
             if op == "bitcast":
                 names.append(user)
-            elif op == "reduce" and _operands(line)[0] == name and re.search(r"dimensions=\{0\}", line):
+            elif op == "reduce" and operands(line)[0] == name and re.search(r"dimensions=\{0\}", line):
                 seen = True
             else:
                 return False
     return seen
 
 
-def _split_k_results(comp: _Comp, comps: dict[str, _Comp]) -> dict[str, int]:
+def _split_k_results(comp: Computation, comps: dict[str, Computation]) -> dict[str, int]:
     """GEMM fusions of ``comp`` whose result holds split-K partial sums -> their result bytes: XLA
     split the contraction into S slices (a fused ROOT ``dot`` with a batch dimension of S) and
     another fusion sums the [S, ...] result over its leading dimension."""
-    def fused_of(line: str) -> _Comp | None:
-        m = _CALLS.search(line)
+    def fused_of(line: str) -> Computation | None:
+        m = CALLS.search(line)
         return comps.get(m.group(1)) if m else None
 
     gemms = {}
@@ -112,19 +110,48 @@ def _split_k_results(comp: _Comp, comps: dict[str, _Comp]) -> dict[str, int]:
         fused = fused_of(line) if op in ("fusion", "fusion-start") else None
         if fused is None:
             continue
-        root_shape, root_op, root_line = _root_through_bitcasts(fused)
+        root_shape, root_op, root_line = root_through_bitcasts(fused)
         if root_op == "dot" and "lhs_batch_dims" in root_line:
-            gemms[name] = memory_plan.shape_bytes(root_shape)
+            gemms[name] = shape_bytes(root_shape)
     found: dict[str, int] = {}
     for name, shape, op, line in comp.instructions if gemms else ():
         fused = fused_of(line) if op in ("fusion", "fusion-start") else None
-        for i, operand in enumerate(_operands(line) if fused is not None else ()):
-            while operand in comp.by_name and comp.by_name[operand][1] == "bitcast" and _operands(
+        for i, operand in enumerate(operands(line) if fused is not None else ()):
+            while operand in comp.by_name and comp.by_name[operand][1] == "bitcast" and operands(
                     comp.by_name[operand][2]):
-                operand = _operands(comp.by_name[operand][2])[0]
+                operand = operands(comp.by_name[operand][2])[0]
             if operand in gemms and _reduces_leading(fused, i):
                 found[operand] = gemms[operand]
     return found
+
+
+def _launched(out: dict[str, Any], comps: dict[str, Computation], comp: Computation, ins: Instruction,
+              times: int) -> None:
+    """Adds one launched op of ``comp`` (run ``times`` times per step) to :func:`decode_step_costs`'s ``out``."""
+    name, shape, op, line = ins
+    ops = operands(line)
+    shapes = [comp.by_name[o][0] for o in ops if o in comp.by_name]
+    fused = comps.get(CALLS.search(line).group(1)) if op in ("fusion", "fusion-start") and CALLS.search(
+        line) else None
+    if fused is not None:
+        read, written = fused_traffic(fused, shapes)
+        root_shape, root = root_op(fused)
+        copy = root in SLICE_ROOTS
+        result = shape_bytes(root_shape)
+    else:
+        result = shape_bytes(shape) if not op.endswith("-start") else shape_bytes(shapes[0]) if shapes else 0
+        read, written = sum(shape_bytes(s) for s in shapes), result - _aliased_output_bytes(shape, line)
+        copy = op in ("copy", "copy-start") or (op == "custom-call" and "memcpy" in line.lower())
+    kind = "fusion" if op in ("fusion", "fusion-start") else op
+    out["kernels"] += times
+    out["kernel_ops"][kind] = out["kernel_ops"].get(kind, 0) + times
+    out["est_bytes"] += (read + written) * times
+    out["traffic"].append({"op": op if fused is None else f"fusion:{root_op(fused)[1]}", "name": name,
+                           "bytes": read + written, "times": times})
+    if copy:
+        out["materialized_bytes"] += result * times
+        out["copies"].append({"op": op, "name": name, "shape": shape if fused is None else root_shape,
+                              "bytes": result, "times": times})
 
 
 def decode_step_costs(text: str) -> dict[str, Any]:
@@ -133,60 +160,23 @@ def decode_step_costs(text: str) -> dict[str, Any]:
     "split_k_bytes" (of est_bytes: split-K partial sums written by GEMMs and read back to be summed,
     :func:`_split_k_results`), "kernel_ops": {opcode: count}, "copies": [{"op", "name", "shape", "bytes", "times"}],
     "traffic": [{"op", "name", "bytes", "times"}] (every launched op, largest total first)}``, every
-    figure multiplied by the trip counts of the nested loops it sits in. The loop's condition
+    figure multiplied by the trip counts of the nested loops it sits in (the printed
+    ``known_trip_count`` only, :func:`maxk_jax.planning.hlo.walk`). The loop's condition
     counts once per iteration, as do those of nested loops without a ``known_trip_count`` (XLA:GPU
     runs a loop of known trip count without evaluating its condition). ValueError without a loop."""
-    comps = _parse(text)
-    outer, cond = memory_plan.outer_loop({c: comp.instructions for c, comp in comps.items()})
+    comps = parse(text)
     out: dict[str, Any] = {"kernels": 0, "materialized_bytes": 0, "est_bytes": 0, "split_k_bytes": 0, "copies": [],
                            "kernel_ops": {}, "traffic": []}
 
-    def launched(comp: _Comp, name: str, shape: str, op: str, line: str, times: int) -> None:
-        ops = _operands(line)
-        shapes = [comp.by_name[o][0] for o in ops if o in comp.by_name]
-        fused = comps.get(_CALLS.search(line).group(1)) if op in ("fusion", "fusion-start") and _CALLS.search(
-            line) else None
-        if fused is not None:
-            read, written = _fused_traffic(fused, shapes)
-            root_shape, root_op = _root_op(fused)
-            copy = root_op in SLICE_ROOTS
-            result = memory_plan.shape_bytes(root_shape)
-        else:
-            result = memory_plan.shape_bytes(shape) if not op.endswith("-start") else memory_plan.shape_bytes(
-                shapes[0]) if shapes else 0
-            read, written = sum(memory_plan.shape_bytes(s) for s in shapes), result - _aliased_output_bytes(shape, line)
-            copy = op in ("copy", "copy-start") or (op == "custom-call" and "memcpy" in line.lower())
-        kind = "fusion" if op in ("fusion", "fusion-start") else op
-        out["kernels"] += times
-        out["kernel_ops"][kind] = out["kernel_ops"].get(kind, 0) + times
-        out["est_bytes"] += (read + written) * times
-        out["traffic"].append({"op": op if fused is None else f"fusion:{_root_op(fused)[1]}", "name": name,
-                               "bytes": read + written, "times": times})
-        if copy:
-            out["materialized_bytes"] += result * times
-            out["copies"].append({"op": op, "name": name, "shape": shape if fused is None else root_shape,
-                                  "bytes": result, "times": times})
-
-    def walk(name: str, times: int, stack: frozenset[str]) -> None:
-        if name in stack or name not in comps:
-            return
-        comp = comps[name]
+    def enter(_: str, comp: Computation, times: int) -> None:
         out["split_k_bytes"] += 2 * times * sum(_split_k_results(comp, comps).values())   # written, then read
-        for iname, shape, op, line in comp.instructions:
-            if op == "while":
-                trip = memory_plan.TRIP.search(line)
-                n = int(trip.group(1)) if trip else 1
-                walk(_need(r"body=%?([\w.\-]+)", line), times * n, stack | {name})
-                if not trip:    # a loop of known trip count runs its body that often, never its condition
-                    walk(_need(r"condition=%?([\w.\-]+)", line), times, stack | {name})
-            elif op in ("conditional", "call", "async-start"):
-                for called in memory_plan.called_computations(line):   # a branch counted as if taken: an upper bound
-                    walk(called, times, stack | {name})
-            elif op not in NOT_LAUNCHED:
-                launched(comp, iname, shape, op, line, times)
 
-    walk(outer, 1, frozenset())
-    walk(cond, 1, frozenset())
+    def visit(_: str, comp: Computation, ins: Instruction, times: int) -> None:
+        if ins[2] not in NOT_LAUNCHED and ins[2] not in CONTROL_CALLS:
+            _launched(out, comps, comp, ins, times)
+
+    # a branch of a conditional counted as if taken: an upper bound
+    walk_loop_iteration(comps, visit, LoopPolicy(infer_trips=False, condition="unknown", enter=CONTROL_CALLS), enter)
     out["copies"].sort(key=lambda c: -c["bytes"] * c["times"])
     out["traffic"].sort(key=lambda c: -c["bytes"] * c["times"])
     return out

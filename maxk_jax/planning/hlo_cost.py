@@ -1,15 +1,12 @@
 """Loop-aware costs of an optimized HLO module: trip counts, matmul FLOPs, per-step HBM traffic on TPU.
 
-Built on :func:`maxk_jax.planning.memory_plan.parse_hlo` (the project's one HLO-text parser); the fusion
-reader (:func:`fused_traffic`: what a fused computation reads and writes) is shared with
-:mod:`maxk_jax.planning.gpu_plan`. Three things a planner needs that ``compiled.cost_analysis()``
-does not give on every backend:
+Read through :mod:`maxk_jax.planning.hlo` (the project's one HLO reader: parser, trip counts,
+loop walker); the fusion reader (:func:`fused_traffic`: what a fused computation reads and writes)
+is shared with :mod:`maxk_jax.planning.gpu_plan`. Two things a planner needs that
+``compiled.cost_analysis()`` does not give on every backend:
 
-* :func:`trip_count` -- how often a ``while`` body runs. XLA:GPU prints ``known_trip_count``;
-  XLA:TPU prints none, so it is read off the loop itself: a condition ``counter < N`` (one integer
-  constant) and the body's ``counter + k`` (XLA:TPU's windowed-einsum loops step by 2).
 * :func:`matmul_flops` -- ``dot`` and ``convolution`` FLOPs with every loop body counted its trip
-  count times. XLA:TPU's ``cost_analysis()["flops"]`` counts each while body once (a 10-trip
+  count times (:func:`maxk_jax.planning.hlo.trip_count`). XLA:TPU's ``cost_analysis()["flops"]`` counts each while body once (a 10-trip
   ``fori_loop`` of matmuls reports one matmul), which makes it useless for a scanned model.
 * :func:`tpu_step_traffic` -- HBM bytes one iteration of the decode loop reads and writes on
   TPU. XLA:TPU marks where each array lives in its layout (``S(1)`` on-chip VMEM, ``S(2)`` SMEM,
@@ -18,90 +15,24 @@ does not give on every backend:
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from typing import Any
 
-from maxk_jax.planning import memory_plan
+from maxk_jax.planning.hlo import (CALLS, ITEMSIZE, Computation, Instruction, LoopPolicy, dims, element_count,
+                                   entry, need, operands, parse, root_op, shape_bytes, walk, walk_loop_iteration)
 
-_INT_CONST = re.compile(r"[su](?:8|16|32|64)\[\]\S* constant\((-?\d+)\)")
 _ARRAY = re.compile(r"([a-z]+[0-9]*)\[([0-9,]*)\](\{[^}]*\})?")
-_DIMS = re.compile(r"\[([\d,]*)\]")
 #: ops that move no data of their own (bookkeeping; control flow is walked into; async halves
 #: count at their start)
 NOT_ISSUED = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "conditional",
                         "call", "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency",
                         "domain", "iota"})
-
-Instructions = list[tuple[str, str, str, str]]
-
-
 #: element-preserving ops a fused parameter may pass through before it is sliced
 PASS_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose"})
 SLICE_ROOTS = frozenset({"dynamic-slice", "slice", "copy"})
-CALLS = re.compile(r"calls=%?([\w.\-]+)")
-_OPERAND_NAMES = re.compile(r"%([\w.\-]+)")
-
-
-def element_count(shape: str) -> int:
-    """Element count of an array shape string: ``'bf16[2,3]{1,0}'`` -> 6."""
-    dims = _DIMS.search(shape)
-    return math.prod(int(d) for d in dims.group(1).split(",") if d) if dims else 1
-
-
-def need(pattern: str, line: str) -> str:
-    m = re.search(pattern, line)
-    if m is None:
-        raise ValueError(f"malformed HLO line (no {pattern!r}): {line.strip()[:200]}")
-    return m.group(1)
-
-
-@dataclasses.dataclass(frozen=True)
-class Computation:
-    """One parsed computation: ordered instructions and name -> (shape, opcode, line)."""
-
-    instructions: list[tuple[str, str, str, str]]
-    by_name: dict[str, tuple[str, str, str]]
-
-    @property
-    def root(self) -> tuple[str, str, str]:
-        for name, shape, op, line in self.instructions:
-            if line.lstrip().startswith("ROOT "):
-                return shape, op, line
-        raise ValueError("computation without ROOT")
-
-
-def parse(text: str) -> dict[str, Computation]:
-    return {c: Computation(ins, {n: (s, o, line) for n, s, o, line in ins})
-            for c, ins in memory_plan.parse_hlo(text).items()}
-
-
-def operands(line: str) -> list[str]:
-    """Operand names of an instruction line (inside the opcode's parentheses)."""
-    start = re.search(r" [\w\-]+\(", line)
-    if start is None:
-        return []
-    depth, i = 0, start.end() - 1
-    for j in range(i, len(line)):
-        depth += {"(": 1, ")": -1}.get(line[j], 0)
-        if depth == 0:
-            return _OPERAND_NAMES.findall(line[i + 1:j])
-    return _OPERAND_NAMES.findall(line[i + 1:])
-
-
-def root_through_bitcasts(comp: Computation) -> tuple[str, str, str]:
-    """(shape of the ROOT, opcode, line) of the first op below a computation's ROOT that is not a
-    bitcast (a free reinterpretation)."""
-    shape, op, line = comp.root
-    while op == "bitcast" and operands(line) and operands(line)[0] in comp.by_name:
-        _, op, line = comp.by_name[operands(line)[0]]
-    return shape, op, line
-
-
-def root_op(comp: Computation) -> tuple[str, str]:
-    """(shape, opcode) of a computation's ROOT, looking through bitcasts."""
-    return root_through_bitcasts(comp)[:2]
+#: ops whose called computations the per-step walkers enter (fusion bodies are read as one kernel)
+CONTROL_CALLS = frozenset({"conditional", "call", "async-start"})
 
 
 def fused_traffic(comp: Computation, operand_shapes: list[str]) -> tuple[int, int]:
@@ -126,9 +57,9 @@ def fused_traffic(comp: Computation, operand_shapes: list[str]) -> tuple[int, in
     for shape, op, ops in roots:
         if op == "dynamic-update-slice" and len(ops) > 1:
             in_place.add(ops[0])
-            written += memory_plan.shape_bytes(comp.by_name[ops[1]][0]) if ops[1] in comp.by_name else 0
+            written += shape_bytes(comp.by_name[ops[1]][0]) if ops[1] in comp.by_name else 0
         else:
-            written += memory_plan.shape_bytes(shape)
+            written += shape_bytes(shape)
     def sliced_elements(name: str, depth: int = 0) -> int | None:
         """Elements of ``name`` the fusion reads when every path from it reaches a slice (through
         element-preserving ops), else None (read whole). In-place update targets read nothing."""
@@ -155,53 +86,11 @@ def fused_traffic(comp: Computation, operand_shapes: list[str]) -> tuple[int, in
         name = params.get(i)
         elements = sliced_elements(name) if name is not None else None
         if elements is None:
-            read += memory_plan.shape_bytes(shape)
+            read += shape_bytes(shape)
         else:
-            read += elements * memory_plan.shape_bytes(shape) // max(element_count(shape), 1)
+            read += elements * shape_bytes(shape) // max(element_count(shape), 1)
     return read, written
 
-
-
-
-def dims(shape: str) -> list[int]:
-    """Dimensions of the first array in an HLO shape string: ``'bf16[2,3]{1,0}'`` -> [2, 3]."""
-    m = _DIMS.search(shape)
-    return [int(d) for d in m.group(1).split(",") if d] if m else []
-
-
-def trip_count(while_line: str, cond: Instructions, body: Instructions) -> int | None:
-    """Trips of a ``while`` loop: its printed ``known_trip_count``, else read off the loop: the
-    condition compares ``counter < N`` with a single integer constant N, and the body's ROOT tuple
-    sets the counter to ``counter + k`` (k a constant, default 1): ceil(N / k), counting from 0 as
-    JAX's scans / fori_loops and XLA's windowed einsums do. A data-dependent condition (the decode
-    loop: ``step < T and not all done``) gets its bound T. None when neither is found."""
-    known = memory_plan.TRIP.search(while_line)
-    if known:
-        return int(known.group(1))
-    consts = {int(c) for *_, line in cond for c in _INT_CONST.findall(line)}
-    compares = [(name, line) for name, _, op, line in cond if op == "compare" and "direction=LT" in line]
-    if len(consts) != 1 or not compares:
-        return None
-    bound = consts.pop()
-    cond_by_name = {n: line for n, _, _, line in cond}
-    index = None
-    for operand in operands(compares[0][1]):
-        g = re.search(r"get-tuple-element\(.*?index=(\d+)", cond_by_name.get(operand, ""))
-        if g:
-            index = int(g.group(1))
-    step = 1
-    root = next((line for _, _, op, line in body if op == "tuple" and line.lstrip().startswith("ROOT ")), None)
-    if index is not None and root:
-        body_by_name = {n: (op, line) for n, _, op, line in body}
-        elems = operands(root)
-        op, line = body_by_name.get(elems[index], ("", "")) if index < len(elems) else ("", "")
-        if op == "add":
-            for operand in operands(line):
-                c_op, c_line = body_by_name.get(operand, ("", ""))
-                c = _INT_CONST.search(c_line) if c_op == "constant" else None
-                if c:
-                    step = max(int(c.group(1)), 1)
-    return -(-bound // step)
 
 
 def conv_macs(line: str, lhs: list[int], rhs: list[int], out: list[int]) -> int:
@@ -234,55 +123,36 @@ def conv_macs(line: str, lhs: list[int], rhs: list[int], out: list[int]) -> int:
     return per_position * taps * rhs[rhs_l.index("i")]
 
 
-def _entry(text: str) -> str | None:
-    m = re.search(r"^ENTRY %?([\w.\-]+)", text, re.M)
-    return m.group(1) if m else None
-
-
 def matmul_flops(text: str) -> dict[str, int]:
-    """Matmul FLOPs of an optimized HLO module, every loop body counted :func:`trip_count` times
-    -> ``{"flops", "loops_without_trip_count"}`` (those counted once). ``dot``: 2 x result
-    elements x contracted size; ``convolution``: 2 x :func:`conv_macs`. Every branch of a
-    ``conditional`` counts (an upper bound)."""
-    comps = memory_plan.parse_hlo(text)
-    shapes = {c: {n: s for n, s, _, _ in ins} for c, ins in comps.items()}
+    """Matmul FLOPs of an optimized HLO module, every loop body counted
+    :func:`maxk_jax.planning.hlo.trip_count` times -> ``{"flops", "loops_without_trip_count"}``
+    (those counted once). ``dot``: 2 x result elements x contracted size; ``convolution``: 2 x
+    :func:`conv_macs`. Every branch of a ``conditional`` counts (an upper bound)."""
     out = {"flops": 0, "loops_without_trip_count": 0}
 
-    def walk(comp: str, times: int, stack: frozenset[str]) -> None:
-        if comp not in comps or comp in stack:
-            return
-        for _, shape, op, line in comps[comp]:
-            operand_dims = [dims(shapes[comp].get(o, "")) for o in operands(line)]
-            if op == "dot" and operand_dims:
-                contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
-                k = math.prod(operand_dims[0][int(d)] for d in (contracting.group(1).split(",") if contracting and
-                                                             contracting.group(1) else []))
-                out["flops"] += 2 * math.prod(dims(shape)) * k * times
-            elif op == "convolution" and len(operand_dims) > 1:
-                out["flops"] += 2 * conv_macs(line, operand_dims[0], operand_dims[1], dims(shape)) * times
-            if op == "while":
-                body = need(r"body=%?([\w.\-]+)", line)
-                cond = need(r"condition=%?([\w.\-]+)", line)
-                n = trip_count(line, comps.get(cond, []), comps.get(body, []))
-                if n is None:
-                    out["loops_without_trip_count"] += 1
-                walk(body, times * (n or 1), stack | {comp})
-            else:
-                for called in memory_plan.called_computations(line):
-                    walk(called, times, stack | {comp})
+    def visit(_: str, comp: Computation, ins: Instruction, times: float) -> None:
+        _, shape, op, line = ins
+        operand_dims = [dims(comp.by_name[o][0] if o in comp.by_name else "") for o in operands(line)]
+        if op == "dot" and operand_dims:
+            contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
+            k = math.prod(operand_dims[0][int(d)] for d in (contracting.group(1).split(",") if contracting and
+                                                         contracting.group(1) else []))
+            out["flops"] += 2 * math.prod(dims(shape)) * k * times
+        elif op == "convolution" and len(operand_dims) > 1:
+            out["flops"] += 2 * conv_macs(line, operand_dims[0], operand_dims[1], dims(shape)) * times
 
-    entry = _entry(text)
-    if entry:
-        walk(entry, 1, frozenset())
+    start = entry(text)
+    if start:
+        out["loops_without_trip_count"] = walk(parse(text), start, visit)
     return out
 
 
 def _arrays(shape: str) -> list[tuple[int, bool]]:
     """(bytes, in HBM) of each array of an HLO shape string: a layout with ``S(n)`` (n >= 1) is
     another memory space (VMEM, SMEM, ...); none is HBM. Tile padding ignored."""
-    return [(memory_plan.ITEMSIZE[t] * math.prod(int(d) for d in ds.split(",") if d),
+    return [(ITEMSIZE[t] * math.prod(int(d) for d in ds.split(",") if d),
              not re.search(r"S\([1-9]\d*\)", layout or ""))
-            for t, ds, layout in _ARRAY.findall(shape) if t in memory_plan.ITEMSIZE]
+            for t, ds, layout in _ARRAY.findall(shape) if t in ITEMSIZE]
 
 
 def hbm_bytes(shape: str) -> int:
@@ -290,7 +160,7 @@ def hbm_bytes(shape: str) -> int:
     return sum(b for b, in_hbm in _arrays(shape) if in_hbm)
 
 
-def _issued_bytes(comps: dict[str, Any], comp: Any, shape: str, op: str, line: str) -> tuple[int, int]:
+def _issued_bytes(comps: dict[str, Computation], comp: Computation, shape: str, op: str, line: str) -> tuple[int, int]:
     """(HBM bytes moved, bytes copied into HBM) of one issued instruction (see tpu_step_traffic)."""
     shapes = [comp.by_name[o][0] for o in operands(line) if o in comp.by_name]
     if op in ("copy-start", "slice-start"):
@@ -317,48 +187,33 @@ def _issued_bytes(comps: dict[str, Any], comp: Any, shape: str, op: str, line: s
 
 def tpu_step_traffic(text: str, dynamic_trips: float = 1.0) -> dict[str, Any]:
     """One iteration of the decode loop (the outermost ``while`` reaching the most computations,
-    :func:`maxk_jax.planning.memory_plan.outer_loop`) of an XLA:TPU module -> ``{"ops", "dma_starts",
+    :func:`maxk_jax.planning.hlo.outer_loop`) of an XLA:TPU module -> ``{"ops", "dma_starts",
     "hbm_bytes", "copy_to_hbm_bytes", "traffic": [{"op", "name", "bytes", "times"}] (largest
     total first)}``. HBM bytes: an async copy / slice moves its destination's bytes once per HBM
     side (weights and cache streamed into VMEM: once); a fusion reads its HBM operands (sliced ones
-    at the slice, in-place update targets not at all, as :func:`maxk_jax.fused_traffic`)
+    at the slice, in-place update targets not at all, as :func:`fused_traffic`)
     and writes its HBM results; other ops read their HBM operands and write their HBM result.
-    Nested loops count :func:`trip_count` times, a loop whose bound is data-dependent (the decode
+    Nested loops count :func:`maxk_jax.planning.hlo.trip_count` times, a loop whose bound is data-dependent (the decode
     attention's loop over the live own-cache blocks) ``dynamic_trips`` times (e.g. its average over
     the decode steps; ``"dynamic_loops"`` counts them); the condition once per iteration."""
     comps = parse(text)
-    outer, cond = memory_plan.outer_loop({c: comp.instructions for c, comp in comps.items()})
     out: dict[str, Any] = {"ops": 0, "dma_starts": 0, "hbm_bytes": 0, "copy_to_hbm_bytes": 0, "dynamic_loops": 0,
                            "traffic": []}
 
-    def walk(name: str, times: int, stack: frozenset[str]) -> None:
-        if name in stack or name not in comps:
+    def visit(_: str, comp: Computation, ins: Instruction, times: float) -> None:
+        iname, shape, op, line = ins
+        if op in NOT_ISSUED or op in CONTROL_CALLS or op.endswith("-done"):
             return
-        comp = comps[name]
-        for iname, shape, op, line in comp.instructions:
-            if op == "while":
-                body = need(r"body=%?([\w.\-]+)", line)
-                cnd = need(r"condition=%?([\w.\-]+)", line)
-                n = trip_count(line, comps[cnd].instructions if cnd in comps else [],
-                               comps[body].instructions if body in comps else [])
-                if n is None:
-                    out["dynamic_loops"] += 1
-                    n = dynamic_trips
-                walk(body, times * n, stack | {name})
-                walk(cnd, times * n, stack | {name})
-            elif op in ("conditional", "call", "async-start"):
-                for called in memory_plan.called_computations(line):   # every branch: an upper bound
-                    walk(called, times, stack | {name})
-            elif op not in NOT_ISSUED and not op.endswith("-done"):
-                moved, copied = _issued_bytes(comps, comp, shape, op, line)
-                out["ops"] += times
-                out["dma_starts"] += times if op.endswith("-start") else 0
-                out["hbm_bytes"] += moved * times
-                out["copy_to_hbm_bytes"] += copied * times
-                out["traffic"].append({"op": op, "name": iname, "bytes": moved, "times": times})
+        moved, copied = _issued_bytes(comps, comp, shape, op, line)
+        out["ops"] += times
+        out["dma_starts"] += times if op.endswith("-start") else 0
+        out["hbm_bytes"] += moved * times
+        out["copy_to_hbm_bytes"] += copied * times
+        out["traffic"].append({"op": op, "name": iname, "bytes": moved, "times": times})
 
-    walk(outer, 1, frozenset())
-    walk(cond, 1, frozenset())
+    # every branch of a conditional counts (an upper bound); nested conditions run once per trip
+    policy = LoopPolicy(unknown_trips=dynamic_trips, condition="always", enter=CONTROL_CALLS)
+    out["dynamic_loops"] = walk_loop_iteration(comps, visit, policy)
     for key in ("ops", "dma_starts", "hbm_bytes", "copy_to_hbm_bytes"):   # fractional with dynamic_trips
         out[key] = round(out[key])
     out["traffic"].sort(key=lambda c: -c["bytes"] * c["times"])

@@ -17,7 +17,9 @@ Layouts are written ``data2_fsdp4`` / ``fsdp4_tensor2`` / ``fsdp8`` (axes not na
 A row is ``{"layout", "compile_s", "args", "outputs", "temps", "alias", "total"}`` (bytes per
 device; ``total = args + outputs + temps - alias``). The entry points are
 ``experiments/plan_memory.py`` and ``experiments/plan_train.py``, which request their simulated CPU
-devices through ``XLA_FLAGS`` before importing JAX.
+devices through ``XLA_FLAGS`` before importing JAX; their flags are :mod:`maxk_jax.planning.plan_flags`,
+their tables and plots :mod:`maxk_jax.planning.plan_report`; compiled HLO is read through
+:mod:`maxk_jax.planning.hlo`.
 """
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ import collections
 import glob
 import math
 import os
-import pathlib
 import re
 import time
 from collections.abc import Callable
@@ -33,13 +34,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from absl import flags
 
+from maxk_jax.planning import hlo
 from maxk_jax.runtime import sharding as sh
 from maxk_jax.models import auto, qwen2
 from maxk_jax.rl import training
 
-GIB = 1024 ** 3
 Row = dict[str, Any]
 
 
@@ -82,50 +82,6 @@ def planned_config(preset: str, *, layers: int, dtype: str, param_dtype: str,
     if layers:
         overrides["num_layers"] = layers
     return qwen2.preset(preset, **overrides)
-
-
-def define_flags(*, param_dtype: str, results_dir: str, flag_values: flags.FlagValues | None = None) -> None:
-    """Defines the absl flags of the planned model and layouts both planners share: --preset,
-    --layers, --dtype, --param_dtype (default ``param_dtype``), --remat, --remat_policy, --attention,
-    --attention_chunk,
-    --layouts, --results_dir
-    (default ``results_dir``), in ``flag_values`` (default ``absl.flags.FLAGS``). Called by the
-    entry points only (importing this module defines no flag)."""
-    fv = flags.FLAGS if flag_values is None else flag_values
-    flags.DEFINE_string("preset", "qwen2.5-coder-7b", f"Model preset, one of {sorted(qwen2.PRESETS)}.",
-                        flag_values=fv)
-    flags.DEFINE_integer("layers", 0, "Override the number of decoder layers (0 = the preset's).",
-                         flag_values=fv)
-    flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"], "Compute dtype of the matmuls.",
-                      flag_values=fv)
-    flags.DEFINE_enum("param_dtype", param_dtype, ["bfloat16", "float32"],
-                      "Parameter storage dtype (Adam state too, in the train-step plan).", flag_values=fv)
-    flags.DEFINE_bool("remat", True, "Rematerialise each decoder layer in the backward pass.", flag_values=fv)
-    flags.DEFINE_enum("remat_policy", "nothing", list(qwen2.REMAT_POLICIES),
-                      "What a rematerialised layer keeps (nothing: recompute it all; dots: keep the projections' "
-                      "outputs, recompute no matmul but the attention's).", flag_values=fv)
-    flags.DEFINE_enum("attention", "chunked", ["auto", "xla", "chunked", "dot_product"],
-                      "Attention of the forward/backward (maxk_jax.models.attention; auto = dot_product on GPU, "
-                      "chunked elsewhere).", flag_values=fv)
-    flags.DEFINE_integer("attention_chunk", 512, "Queries per block of the chunked attention.", flag_values=fv)
-    flags.DEFINE_list("layouts", ["fsdp8", "fsdp4_tensor2", "fsdp2_tensor4", "data2_fsdp4"],
-                      "Mesh layouts to plan, e.g. fsdp4_tensor2 (sizes must multiply to the devices).",
-                      flag_values=fv)
-    flags.DEFINE_string("results_dir", results_dir, "Directory for the JSON/markdown/PNG results.",
-                        flag_values=fv)
-
-
-def config_from_flags(num_devices: int, flag_values: flags.FlagValues | None = None) -> qwen2.Qwen2Config:
-    """The model of --preset --layers --dtype --param_dtype --remat --remat_policy (`define_flags`; parsed
-    ``flag_values``, default ``absl.flags.FLAGS``), after checking that JAX sees ``num_devices``
-    devices and that every --layouts uses all of them (ValueError otherwise)."""
-    fv = flags.FLAGS if flag_values is None else flag_values
-    check_device_count(num_devices)
-    for layout in fv.layouts:
-        layout_sizes(layout, num_devices)
-    return planned_config(fv.preset, layers=fv.layers, dtype=fv.dtype, param_dtype=fv.param_dtype,
-                          remat=fv.remat, attention=fv.attention, attention_chunk=fv.attention_chunk,
-                          remat_policy=fv.remat_policy)
 
 
 def nll_loss(config: qwen2.Qwen2Config, params: Any, tokens: jax.Array,
@@ -193,12 +149,6 @@ _VALUE = re.compile(r"^ value: <\d+ (\S+) @\d+> \(size=(\d+),offset=\d+\): (\S+)
 _OP_NAME = re.compile(r'^\s*(?:ROOT )?%(\S+) = .*op_name="([^"]*)"')
 
 
-def shape_dims(shape: str) -> list[int]:
-    """An HLO shape string -> its dimensions: ``'f32[1,256,152064]'`` -> ``[1, 256, 152064]``."""
-    inner = shape.split("[", 1)[1].rstrip("]") if "[" in shape else ""
-    return [int(x) for x in inner.split(",") if x]
-
-
 def temp_breakdown(dump_dir: str, module: str, top: int, vocab: int) -> dict[str, Any]:
     """Largest buffers in the temp allocations of the last compiled XLA module named ``module``
     (from its buffer assignment dumped to ``dump_dir``): total temp bytes, and the ``top`` largest
@@ -235,78 +185,8 @@ def temp_breakdown(dump_dir: str, module: str, top: int, vocab: int) -> dict[str
                 sizes[key] = int(m.group(2))
     as_row = lambda k: {"shape": k[0], "op": k[1], "bytes": sizes[k], "count": values[k]}  # noqa: E731
     ranked = sorted(sizes, key=lambda k: -sizes[k])
-    vocab_f32 = [as_row(k) for k in ranked if k[0].startswith("f32[") and shape_dims(k[0])[-1:] == [vocab]]
+    vocab_f32 = [as_row(k) for k in ranked if k[0].startswith("f32[") and hlo.dims(k[0])[-1:] == [vocab]]
     return {"temp_bytes": total, "largest": [as_row(k) for k in ranked[:top]], "vocab_f32": vocab_f32}
-
-
-# ---- compiled-HLO text: shapes, computations, CPU-only weight copies ----
-
-ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
-            "f32": 4, "s64": 8, "u64": 8, "f64": 8}
-_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.+?) ([\w\-]+)\(")
-_SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16)\[([\d,]*)\]")
-
-
-def shape_bytes(shape: str) -> int:
-    """Bytes of an HLO result shape (a tuple's elements summed): ``'(f32[2,3], bf16[4])'`` -> 32."""
-    return sum(ITEMSIZE[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _SHAPE.findall(shape))
-
-
-def parse_hlo(text: str) -> dict[str, list[tuple[str, str, str, str]]]:
-    """HLO module text -> {computation name: [(instruction name, result shape, opcode, line)]}."""
-    comps: dict[str, list[tuple[str, str, str, str]]] = {}
-    current = None
-    for line in text.splitlines():
-        m = _COMPUTATION.match(line)
-        if m and not line.startswith(" "):     # headers start at column 0, instructions are indented
-            current = m.group(1)
-            comps[current] = []
-            continue
-        m = _INSTRUCTION.match(line)
-        if m and current is not None:
-            comps[current].append((m.group(1), m.group(2), m.group(3), line))
-    return comps
-
-
-_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=(\{[^}]*\}|%?[\w.\-]+)")
-#: the ``known_trip_count`` of a ``while`` instruction's backend config
-TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
-
-
-def called_computations(line: str) -> list[str]:
-    """Computations an HLO instruction line calls (fusion bodies, loop bodies / conditions, branches)."""
-    return [name.strip().lstrip("%") for group in _CALLED.findall(line) for name in group.strip("{}").split(",")
-            if name.strip()]
-
-
-def outer_loop(comps: dict[str, list[tuple[str, str, str, str]]]) -> tuple[str, str]:
-    """(body, condition) of the ``while`` loop of a :func:`parse_hlo` module whose body reaches the
-    most computations: the decode loop (the layer loop, scanned or not, sits inside it).
-    ValueError when the module has no loop."""
-    whiles = [line for body in comps.values() for _, _, op, line in body if op == "while"]
-    if not whiles:
-        raise ValueError("no while loop in the compiled module")
-
-    def reachable(name: str) -> int:
-        seen, todo = set(), [name]
-        while todo:
-            c = todo.pop()
-            if c in seen or c not in comps:
-                continue
-            seen.add(c)
-            for *_, line in comps[c]:
-                todo += called_computations(line)
-        return len(seen)
-
-    def part(key: str, line: str) -> str:
-        m = re.search(key + r"=%?([\w.\-]+)", line)
-        if m is None:
-            raise ValueError(f"malformed while instruction (no {key}): {line.strip()[:200]}")
-        return m.group(1)
-
-    line = max(whiles, key=lambda w: reachable(part("body", w)))
-    return part("body", line), part("condition", line)
 
 
 def is_cpu_mesh(mesh: jax.sharding.Mesh) -> bool:
@@ -323,7 +203,7 @@ def cpu_weight_upcast(text: str, params: Any) -> int:
     leaves = collections.Counter(",".join(map(str, leaf.sharding.shard_shape(leaf.shape)))
                                  for leaf in jax.tree.leaves(params) if leaf.dtype == jnp.bfloat16)
     seen: collections.Counter = collections.Counter()
-    for comp in parse_hlo(text).values():
+    for comp in hlo.parse_hlo(text).values():
         for _, shape, op, _ in comp:
             m = re.fullmatch(r"f32\[([\d,]*)\]\{[\d,]*\}", shape.strip())
             if op == "convert" and m and m.group(1) in leaves:
@@ -382,67 +262,6 @@ def plan_train_step(config: qwen2.Qwen2Config, cfg: training.StepConfig, layout:
         ref_row["hlo"] = text
         rows.append(ref_row)
     return rows
-
-
-def to_markdown(rows: list[Row], header: str) -> str:
-    """Markdown table of per-device GiB per layout, under ``header``."""
-    lines = [header, "", "| layout | args GiB | outputs GiB | temps GiB | total GiB | compile s |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['layout']} | {r['args'] / GIB:.2f} | {r['outputs'] / GIB:.2f} | "
-                     f"{r['temps'] / GIB:.2f} | {r['total'] / GIB:.2f} | {r['compile_s']} |")
-    return "\n".join(lines) + "\n"
-
-
-def state_markdown(rows: list[Row]) -> str:
-    """Markdown table of every row's analytic params (+ Adam state) GiB per device."""
-    return "\n| layout | params+Adam state per device (analytic) GiB |\n|---|---:|\n" + "".join(
-        f"| {r['layout']} | {r['state_analytic'] / GIB:.2f} |\n" for r in rows)
-
-
-def breakdown_markdown(rows: list[Row], vocab: int, seq_lens: tuple[int, ...]) -> str:
-    """Markdown of every row's largest temp buffers and of its float32 vocabulary-sized temps; a
-    [micro-batch, T, V] logits buffer is one whose second-to-last axis is a sequence length
-    (``seq_lens``: T and S)."""
-    out = ""
-    is_logits = lambda shape: len(shape_dims(shape)) >= 2 and shape_dims(shape)[-2] in seq_lens  # noqa: E731
-    for r in rows:
-        bd = r.get("temp_breakdown")
-        if not bd:
-            continue
-        out += (f"\n**{r['layout']}**: temps {bd['temp_bytes'] / GIB:.2f} GiB per device; largest temp "
-                "buffers (shape, count, JAX op):\n\n| GiB | shape | count | op |\n|---:|---|---:|---|\n")
-        out += "".join(f"| {v['bytes'] / GIB:.3f} | `{v['shape']}` | {v['count']} | {v['op']} |\n"
-                       for v in bd["largest"])
-        logits = [v for v in bd["vocab_f32"] if is_logits(v["shape"])]
-        out += (f"\nfloat32 temps with a vocabulary (V = {vocab}) last axis: "
-                + (", ".join(f"`{v['shape']}` {v['bytes'] / GIB:.3f} GiB" + (" (**[mb, T, V] logits**)"
-                                                                           if is_logits(v["shape"]) else "")
-                             for v in bd["vocab_f32"]) or "none")
-                + f". [micro-batch, T, V] float32 logits buffers: {len(logits)}.\n")
-    return out
-
-
-def plot(rows: list[Row], title: str, path: pathlib.Path) -> None:
-    """Stacked bars (args / outputs / temps) per layout, GiB per device, saved as a PNG at ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    names = [r["layout"] for r in rows]
-    bottom = [0.0] * len(rows)
-    for part in ("args", "outputs", "temps"):
-        vals = [r[part] / GIB for r in rows]
-        ax.bar(names, vals, bottom=bottom, label=part)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel("GiB per device")
-    ax.set_title(title, fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def train_step_remat(config: Any, step_config: Any, mesh: jax.sharding.Mesh, *, sequences: int,

@@ -18,7 +18,6 @@ replicated over data/fsdp, tensor-parallel over ``tensor``).
 """
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -26,13 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from maxk_jax.planning import memory_plan
+from maxk_jax.planning import hlo, memory_plan
 from maxk_jax.runtime import sharding as sh
 from maxk_jax.models import kv_cache, qwen2
 from maxk_jax.sampling import (SamplerSettings, batch_shards, cache_shardings, decode_loop, prompt_batch_bucket,
                                prompt_length_bucket, rollout_copy)
 
-GIB = 1024 ** 3
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 #: Peak memory bandwidth per chip (bytes/s) used by the roofline.
 BANDWIDTH = {"H100 (3.35 TB/s)": 3.35e12, "TPU v5p (2.76 TB/s)": 2.76e12}
@@ -41,33 +39,18 @@ def loop_collectives(text: str) -> list[dict[str, Any]]:
     """Collectives executed per iteration of the outermost ``while`` loop of an HLO module with
     the largest body (the decode loop): one entry per collective instruction, ``{"op", "shape",
     "bytes" (result bytes per device), "times" (executions per iteration: product of the trip
-    counts of the nested loops it sits in, :func:`maxk_jax.planning.hlo_cost.trip_count`), "where"}``. [] when the
+    counts of the nested loops it sits in, :func:`maxk_jax.planning.hlo.trip_count`), "where"}``. [] when the
     loop body has none."""
-    from maxk_jax.planning import hlo_cost
-
-    comps = memory_plan.parse_hlo(text)
-    outer, cond = memory_plan.outer_loop(comps)
     out: list[dict[str, Any]] = []
 
-    def walk(comp: str, times: int, seen: frozenset[str]) -> None:
-        if comp in seen or comp not in comps:
-            return
-        for name, shape, op, line in comps[comp]:
-            base = op.removesuffix("-start")
-            if base in COLLECTIVES and not op.endswith("-done"):
-                out.append({"op": base, "shape": shape, "bytes": memory_plan.shape_bytes(shape), "times": times,
-                            "where": comp})
-            if op == "while":
-                body = re.search(r"body=%?([\w.\-]+)", line).group(1)
-                cond_name = re.search(r"condition=%?([\w.\-]+)", line).group(1)
-                trips = hlo_cost.trip_count(line, comps.get(cond_name, []), comps.get(body, []))   # TPU prints none
-                walk(body, times * (trips or 1), seen | {comp})
-            else:
-                for called in memory_plan.called_computations(line):
-                    walk(called, times, seen | {comp})
+    def visit(where: str, _: hlo.Computation, ins: hlo.Instruction, times: int) -> None:
+        _, shape, op, _ = ins
+        base = op.removesuffix("-start")
+        if base in COLLECTIVES and not op.endswith("-done"):
+            out.append({"op": base, "shape": shape, "bytes": hlo.shape_bytes(shape), "times": times, "where": where})
 
-    walk(outer, 1, frozenset())
-    walk(cond, 1, frozenset())          # the loop condition runs once per iteration too
+    # the loop condition runs once per iteration too; fusions and reducers are entered (a collective may sit there)
+    hlo.walk_loop_iteration(hlo.parse(text), visit)
     return out
 
 

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from maxk_jax.planning import hlo_cost, memory_plan
+from maxk_jax.planning.plan_report import GIB
 from maxk_jax.models import qwen2
 from maxk_jax.planning.targets import tpu
 
-GIB = 1024 ** 3
 #: The project's rule: a plan fits when its peak is at most this share of the chip's memory.
 BUDGET = 0.85
 

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from maxk_jax.planning import hlo_cost
+from maxk_jax.planning import hlo, hlo_cost
 
 # A 10-trip loop (counter += STEP while counter < 10) of a [256,1024] x [1024,1024] matmul written
 # as XLA:TPU writes it (a convolution in a fusion), plus one dot outside the loop; no trip count printed.
@@ -52,8 +52,7 @@ LAST_DOT = 2 * 256 * 512 * 1024
 
 
 def _parts(text):
-    from maxk_jax.planning import memory_plan
-    comps = memory_plan.parse_hlo(text)
+    comps = hlo.parse_hlo(text)
     line = next(line for _, _, op, line in comps["main"] if op == "while")
     return line, comps["cond"], comps["body"]
 
@@ -61,16 +60,16 @@ def _parts(text):
 @pytest.mark.parametrize("step, trips", [(1, 10), (2, 5), (3, 4)])
 def test_trip_count_read_off_the_loop(step, trips):
     text = MODULE.replace("STEP", str(step))
-    assert hlo_cost.trip_count(*_parts(text)) == trips
+    assert hlo.trip_count(*_parts(text)) == trips
     assert hlo_cost.matmul_flops(text) == {"flops": trips * MATMUL + LAST_DOT, "loops_without_trip_count": 0}
 
 
 def test_printed_trip_count_wins_and_unknown_loops_count_once():
     text = MODULE.replace("STEP", "1")
     printed = text.replace("body=%body", 'body=%body, backend_config={"known_trip_count":{"n":"7"}}')
-    assert hlo_cost.trip_count(*_parts(printed)) == 7
+    assert hlo.trip_count(*_parts(printed)) == 7
     unknown = text.replace("direction=LT", "direction=NE")      # not a counter < N loop
-    assert hlo_cost.trip_count(*_parts(unknown)) is None
+    assert hlo.trip_count(*_parts(unknown)) is None
     assert hlo_cost.matmul_flops(unknown) == {"flops": MATMUL + LAST_DOT, "loops_without_trip_count": 1}
 
 

@@ -7,7 +7,7 @@ import pytest
 from absl import flags
 from jax.sharding import NamedSharding, PartitionSpec
 
-from maxk_jax.planning import memory_plan
+from maxk_jax.planning import hlo, memory_plan, plan_flags, plan_report
 from maxk_jax.runtime import sharding as sh
 from maxk_jax.models import qwen2
 
@@ -51,14 +51,14 @@ def test_planned_config_overrides_the_preset():
 
 def test_flags_give_the_planned_config():
     fv = flags.FlagValues()
-    memory_plan.define_flags(param_dtype="float32", results_dir="runs/x", flag_values=fv)
+    plan_flags.define_flags(param_dtype="float32", results_dir="runs/x", flag_values=fv)
     fv(["prog", "--preset=qwen2.5-coder-0.5b", "--layers=1", "--noremat", "--layouts=fsdp8,data2_fsdp4"])
     assert fv.results_dir == "runs/x" and fv.dtype == "bfloat16"
-    config = memory_plan.config_from_flags(8, fv)
+    config = plan_flags.config_from_flags(8, fv)
     assert (config.num_layers, config.param_dtype, config.remat) == (1, "float32", False)
     fv.layouts = ["fsdp8", "fsdp4"]
     with pytest.raises(ValueError, match="layout 'fsdp4' does not use exactly 8 devices"):
-        memory_plan.config_from_flags(8, fv)
+        plan_flags.config_from_flags(8, fv)
 
 
 def _tiny() -> qwen2.Qwen2Config:
@@ -80,9 +80,9 @@ def test_nll_loss_matches_numpy():
 
 
 def test_shape_dims():
-    assert memory_plan.shape_dims("f32[1,256,152064]") == [1, 256, 152064]
-    assert memory_plan.shape_dims("f32[]") == []
-    assert memory_plan.shape_dims("token") == []
+    assert hlo.dims("f32[1,256,152064]") == [1, 256, 152064]
+    assert hlo.dims("f32[]") == []
+    assert hlo.dims("token") == []
 
 
 def test_state_bytes_per_device_counts_one_shard():
@@ -95,20 +95,20 @@ def test_state_bytes_per_device_counts_one_shard():
 
 
 def test_markdown_tables():
-    gib = memory_plan.GIB
+    gib = plan_report.GIB
     row = {"layout": "fsdp8", "compile_s": 1.5, "args": gib, "outputs": 2 * gib, "temps": gib // 2,
            "alias": 0, "total": 3.5 * gib, "state_analytic": gib // 4,
            "temp_breakdown": {"temp_bytes": gib, "vocab_f32": [
                {"shape": "f32[1,8,64]", "op": "dot", "bytes": gib // 8, "count": 2},
                {"shape": "f32[32,64]", "op": "transpose", "bytes": gib // 16, "count": 1}],
                "largest": [{"shape": "f32[1,8,64]", "op": "dot", "bytes": gib // 8, "count": 2}]}}
-    assert "| fsdp8 | 1.00 | 2.00 | 0.50 | 3.50 | 1.5 |" in memory_plan.to_markdown([row], "h")
-    assert "| fsdp8 | 0.25 |" in memory_plan.state_markdown([row])
-    md = memory_plan.breakdown_markdown([row], vocab=64, seq_lens=(8, 24))
+    assert "| fsdp8 | 1.00 | 2.00 | 0.50 | 3.50 | 1.5 |" in plan_report.to_markdown([row], "h")
+    assert "| fsdp8 | 0.25 |" in plan_report.state_markdown([row])
+    md = plan_report.breakdown_markdown([row], vocab=64, seq_lens=(8, 24))
     assert "| 0.125 | `f32[1,8,64]` | 2 | dot |" in md
     assert "`f32[1,8,64]` 0.125 GiB (**[mb, T, V] logits**), `f32[32,64]` 0.062 GiB." in md
     assert md.endswith("[micro-batch, T, V] float32 logits buffers: 1.\n")
-    assert memory_plan.breakdown_markdown([{**row, "temp_breakdown": None}], 64, (8,)) == ""
+    assert plan_report.breakdown_markdown([{**row, "temp_breakdown": None}], 64, (8,)) == ""
 
 
 def test_temp_breakdown_without_a_dump_names_the_dir(tmp_path):
@@ -126,4 +126,4 @@ def test_plan_reports_per_device_memory():
     # argument bytes are well below the replicated parameter bytes.
     full = 4 * qwen2.param_count(_tiny())
     assert row["args"] < full / 2
-    assert "| fsdp4_tensor2 |" in memory_plan.to_markdown([row], "h")
+    assert "| fsdp4_tensor2 |" in plan_report.to_markdown([row], "h")

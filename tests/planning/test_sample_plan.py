@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from maxk_jax.planning import memory_plan
+from maxk_jax.planning import hlo, memory_plan
 from maxk_jax.planning import sample_plan as sp
 from maxk_jax.models import qwen2
 
@@ -51,8 +51,8 @@ ENTRY %main (a: f32[4,8]) -> f32[4,8] {
 
 
 def test_shape_bytes_and_the_cpu_weight_copies():
-    assert memory_plan.shape_bytes("f32[2,3]{1,0}") == 24
-    assert memory_plan.shape_bytes("(bf16[4]{0}, /*index=1*/pred[], s32[2,2])") == 8 + 1 + 16
+    assert hlo.shape_bytes("f32[2,3]{1,0}") == 24
+    assert hlo.shape_bytes("(bf16[4]{0}, /*index=1*/pred[], s32[2,2])") == 8 + 1 + 16
     import jax
     import jax.numpy as jnp
 

@@ -11,7 +11,7 @@ import pytest
 from absl.testing import parameterized
 
 from maxk_jax import sampling
-from maxk_jax.planning import gpu_plan, memory_plan
+from maxk_jax.planning import gpu_plan, hlo
 from maxk_jax.sampling import filtered_logits
 
 
@@ -68,7 +68,7 @@ def test_the_h100_draw_reads_the_logits_once():
     text = jax.jit(sampling.draw, static_argnums=3).lower(
         jax.ShapeDtypeStruct(keys.shape, keys.dtype, sharding=rep), jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
         jax.ShapeDtypeStruct((rows, vocab), jnp.float32, sharding=rep), settings).compile().as_text()
-    entry = memory_plan.parse_hlo(text)[re.search(r"^ENTRY %?([\w.\-]+)", text, re.M).group(1)]
+    entry = hlo.parse_hlo(text)[re.search(r"^ENTRY %?([\w.\-]+)", text, re.M).group(1)]
     logits = [name for name, shape, op, _ in entry if op == "parameter" and shape.startswith(f"f32[{rows},{vocab}]")]
     assert len(logits) == 1, entry
     readers = [name for name, _, op, line in entry if op != "parameter" and re.search(rf"%{re.escape(logits[0])}\b",
