@@ -12,16 +12,16 @@ this run on ``jax.devices()[0]``:
 * ``decode``: ``sampling.generate`` (bf16 params and compute, no stop token: every sample has
   ``new_tokens`` tokens) at each preset and case (``--cases``, default the RL rollout 16 prompts x
   n = 8 with 512-token prompts, the paper's evaluation 1 x 128 with a 1,024-token prompt, and the RL
-  batch sizes 16 x 32 and 4 x 256 with 512-token prompts, all 256 new tokens: ``bench_decode.DEFAULT_CASES``): tok/s of the whole call (median of ``--repeats`` after a compiling call),
+  batch sizes 16 x 32 and 4 x 256 with 512-token prompts, all 256 new tokens: ``maxk_jax.benchmarks.decode.DEFAULT_CASES``): tok/s of the whole call (median of ``--repeats`` after a compiling call),
   prefill alone, ms per decode step, and the roofline: (bf16 weight bytes + the KV bytes a step
   must read: each prompt once, each row's own tokens at the average step;
   ``maxk_jax.planning.gpu_plan.ideal_bytes``) / the measured bandwidth; ``frac_of_roofline`` = roofline
   step time / measured step time. Per ``--decode_attention`` (``auto``, the default: ``pallas`` on
   GPU, ``xla`` elsewhere, rows named by what ran; ``xla``, and/or ``pallas``: the Pallas Triton
   decode-attention kernels of ``maxk_jax.models.decode_attention``; ``pallas:S`` with S splits of
-  the prompt block, ``Qwen2Config.decode_attention_splits``). The timing is ``experiments/bench_decode.py``'s.
+  the prompt block, ``Qwen2Config.decode_attention_splits``). The timing is ``maxk_jax.benchmarks.decode``'s.
 * ``hf_generate`` (needs torch + a CUDA device, or ``--smoke``; this and ``torch_train`` live in
-  ``experiments/bench_torch.py``): transformers ``generate`` of the
+  ``experiments/torch_baselines.py``): transformers ``generate`` of the
   first preset's first case (bf16, sdpa, ``num_return_sequences=n``, exactly ``new_tokens`` new
   tokens), median of 2 after a first call.
 * ``train``: ``rl.training.make_train_step`` (maxk_offpolicy, k = 4, 16 prompts x n = 8, 512 + 256
@@ -60,12 +60,12 @@ from typing import Any, Callable
 import numpy as np
 from absl import app, flags
 
-from experiments import bench_torch
-from experiments.bench_accelerator_report import write
-from experiments.bench_decode import (DEFAULT_CASES, attention_variant, case_text, ceilings, decode_case,  # noqa: F401
-                                      fused_draw, parse_case, smoke_config, variant_config)
-from experiments.bench_torch import median_time as _median_time
-from experiments.bench_torch import train_batch
+from maxk_jax.benchmarks import torch_baselines
+from maxk_jax.benchmarks.accelerator_report import write
+from maxk_jax.benchmarks.decode import (DEFAULT_CASES, attention_variant, case_text, ceilings, decode_case,
+                                        fused_draw, parse_case, smoke_config, variant_config)
+from maxk_jax.benchmarks.rollout_batch import train_batch
+from maxk_jax.benchmarks.timing import median_time
 
 FLAGS = flags.FLAGS
 PARTS = ("ceilings", "decode", "hf_generate", "train", "torch_train")
@@ -155,7 +155,7 @@ def jax_train(config: Any, data: dict[str, np.ndarray], n: int, k: int, micro: i
     t0 = time.perf_counter()
     loss0 = run()
     first = time.perf_counter() - t0
-    steady, all_s = _median_time(run, repeats)
+    steady, all_s = median_time(run, repeats)
     tokens = data["tokens"].size
     flops = model_flops(config, b, data["tokens"].shape[1], data["completion_mask"].shape[1])
     out = {"attention": config.attention, "remat_policy": config.remat_policy, "first_call_s": first,
@@ -198,24 +198,71 @@ def _check_flags() -> list[tuple[int, int, int, int]]:
     return [parse_case(c) for c in FLAGS.cases]
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    from maxk_jax import cli
-    with cli.user_errors():
-        cases = _check_flags()
+class Run:
+    """The results so far (``res``, written after every part and case) and the rules of a run on a
+    lent machine: --parts, --time_budget_s, a failure recorded while the other parts go on."""
+
+    def __init__(self, res: dict[str, Any], out: pathlib.Path, has_torch: bool, torch_ok: bool,
+                 t_start: float) -> None:
+        self.res, self.out, self.has_torch, self.torch_ok, self.t_start = res, out, has_torch, torch_ok, t_start
+
+    def over_budget(self, what: str) -> bool:
+        """True (and ``what`` listed in res["skipped"]) when --time_budget_s is spent."""
+        spent = time.perf_counter() - self.t_start
+        if not FLAGS.time_budget_s or spent < FLAGS.time_budget_s:
+            return False
+        self.res.setdefault("skipped", []).append(
+            f"{what}: time budget {FLAGS.time_budget_s:.0f} s spent ({spent:.0f} s)")
+        print(f"{what}: skipped (time budget {FLAGS.time_budget_s:.0f} s spent)", flush=True)
+        return True
+
+    def part(self, name: str, fn: Callable[[], Any]) -> None:
+        """Run one of --parts (the torch ones only where torch can run) and write the results."""
+        res = self.res
+        if name not in FLAGS.parts:
+            return
+        if name in ("hf_generate", "torch_train") and not self.torch_ok:
+            res[name + "_skipped"] = "torch/transformers not importable" if not self.has_torch else "no CUDA device"
+            print(f"{name}: skipped ({res[name + '_skipped']})")
+            return
+        t0 = time.perf_counter()
+        status, result = self.attempt(name, fn)
+        if status == "skipped":
+            return
+        if status == "done":
+            res[name] = result
+        res["parts_s"][name] = time.perf_counter() - t0
+        print(f"{name}: {status} in {res['parts_s'][name]:.1f} s", flush=True)
+        write(res, self.out)
+
+    def attempt(self, what: str, fn: Callable[[], Any]) -> tuple[str, Any]:
+        """("done", fn()); ("skipped", None) once --time_budget_s is spent; ("failed", None) when fn
+        raises: on a lent machine's minutes a failure is recorded and the other parts and cases run."""
+        if self.over_budget(what):
+            return "skipped", None
+        try:
+            return "done", fn()
+        except Exception as e:  # noqa: BLE001 -- e.g. out of memory, a compile failure
+            self.failed(what, e)
+            return "failed", None
+
+    def failed(self, what: str, e: Exception) -> None:
+        """Record (JSON ``errors``, the table's footer) and print a failed part or case; the run
+        goes on and exits with status 1 at the end."""
+        line = f"{what}: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
+        self.res.setdefault("errors", []).append(line)
+        print(f"FAILED {line}", flush=True)
+
+
+def _start_run(smoke: bool) -> Run:
+    """The device, versions and host of the results, and whether the torch baselines can run."""
     import importlib.util
 
     import jax
 
-    from maxk_jax.models import qwen2
     from maxk_jax.runtime.machine import cpu_model
 
     t_start = time.perf_counter()
-    smoke = FLAGS.smoke
-    if smoke:
-        FLAGS.bandwidth_mib, FLAGS.matmul_size = min(FLAGS.bandwidth_mib, 4), min(FLAGS.matmul_size, 128)
-        cases = [parse_case(c) for c in ("2x2:32/8", "1x4:64/8")] if FLAGS["cases"].using_default_value else cases
     has_torch = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
     dev = jax.devices()[0]
     res: dict[str, Any] = {
@@ -227,53 +274,88 @@ def main(argv: list[str]) -> None:
         import transformers
         res["versions"].update(torch=torch.__version__, transformers=transformers.__version__)
     torch_ok = has_torch and (smoke or __import__("torch").cuda.is_available())
-
     out = pathlib.Path(FLAGS.results_dir)
     out.mkdir(parents=True, exist_ok=True)
+    return Run(res, out, has_torch, torch_ok, t_start)
 
-    def over_budget(what: str) -> bool:
-        """True (and ``what`` listed in res["skipped"]) when --time_budget_s is spent."""
-        spent = time.perf_counter() - t_start
-        if not FLAGS.time_budget_s or spent < FLAGS.time_budget_s:
-            return False
-        res.setdefault("skipped", []).append(f"{what}: time budget {FLAGS.time_budget_s:.0f} s spent ({spent:.0f} s)")
-        print(f"{what}: skipped (time budget {FLAGS.time_budget_s:.0f} s spent)", flush=True)
-        return True
 
-    def part(name: str, fn: Callable[[], Any]) -> None:
-        if name not in FLAGS.parts:
-            return
-        if name in ("hf_generate", "torch_train") and not torch_ok:
-            res[name + "_skipped"] = "torch/transformers not importable" if not has_torch else "no CUDA device"
-            print(f"{name}: skipped ({res[name + '_skipped']})")
-            return
-        t0 = time.perf_counter()
-        status, result = attempt(name, fn)
-        if status == "skipped":
-            return
-        if status == "done":
-            res[name] = result
-        res["parts_s"][name] = time.perf_counter() - t0
-        print(f"{name}: {status} in {res['parts_s'][name]:.1f} s", flush=True)
-        write(res, out)
+def train_all(run: Run, train_config: Any, data: dict[str, np.ndarray], n: int, k: int,
+              micro: int) -> list[dict[str, Any]]:
+    """The train step per --train_remat x --train_attention, each row written as it lands."""
+    rows = []
+    # the larger step first: JAX's allocator keeps the memory it took, in which the smaller then fits (on
+    # an H200, nothing (37 GB) then dots (67 GB) ran out of memory in one process; dots first did not)
+    for policy in sorted(FLAGS.train_remat, key=lambda p: p != "dots"):
+        for attention in FLAGS.train_attention:
+            what = f"train remat_policy={policy} attention={attention}"
+            status, row = run.attempt(what, lambda: jax_train(train_config.replace(
+                attention=attention, remat_policy=policy), data, n, k, micro, FLAGS.repeats, FLAGS.seed))
+            if status != "done":
+                continue
+            rows.append(row)
+            print(f"  {what}: {rows[-1]['tokens_per_s']:,.0f} tok/s (first call {rows[-1]['first_call_s']:.1f} s)",
+                  flush=True)
+            write({**run.res, "train": rows}, run.out)
+    return rows
 
-    def attempt(what: str, fn: Callable[[], Any]) -> tuple[str, Any]:
-        """("done", fn()); ("skipped", None) once --time_budget_s is spent; ("failed", None) when fn
-        raises: on a lent machine's minutes a failure is recorded and the other parts and cases run."""
-        if over_budget(what):
-            return "skipped", None
-        try:
-            return "done", fn()
-        except Exception as e:  # noqa: BLE001 -- e.g. out of memory, a compile failure
-            failed(what, e)
-            return "failed", None
 
-    def failed(what: str, e: Exception) -> None:
-        """Record (JSON ``errors``, the table's footer) and print a failed part or case; the run
-        goes on and exits with status 1 at the end."""
-        line = f"{what}: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
-        res.setdefault("errors", []).append(line)
-        print(f"FAILED {line}", flush=True)
+def decode_all(run: Run, presets: dict[str, Any], cases: list[tuple[int, int, int, int]],
+               bandwidth: float | None) -> list[dict[str, Any]]:
+    """Every preset x case x --decode_attention (no roofline without a measured bandwidth)."""
+    import jax
+
+    from maxk_jax.models import qwen2
+
+    rows = []
+    for name, base in presets.items():
+        config = base.replace(dtype="bfloat16", param_dtype="bfloat16")
+        params = jax.jit(qwen2.init_params, static_argnums=0)(config, jax.random.key(FLAGS.seed))
+        for case in cases:
+            for attention in FLAGS.decode_attention:
+                status, row = run.attempt(f"decode {name} {case_text(case)} {attention}", lambda: decode_case(
+                    variant_config(config, attention), params, case, FLAGS.repeats,
+                    bandwidth or float("nan"), FLAGS.seed))
+                if status != "done":
+                    continue
+                if bandwidth is None:
+                    row = {k: v for k, v in row.items() if not k.startswith("roofline") and k != "frac_of_roofline"}
+                rows.append({"preset": name, "decode_attention": attention, **row})
+                print(f"  {name} {case_text(case)} {attention}: {row['tok_per_s']:,.0f} tok/s, "
+                      f"{row['ms_per_step']:.2f} ms/step (first call {row['first_call_s']:.1f} s)", flush=True)
+                write({**run.res, "decode": rows}, run.out)
+        del params
+    return rows
+
+
+def profile_first_case(run: Run, first_name: str, first_config: Any, case: tuple[int, int, int, int]) -> None:
+    """--profile_dir: the traces of the first preset's first case, beside its unprofiled step."""
+    res = run.res
+    config = first_config.replace(dtype="bfloat16", param_dtype="bfloat16")
+    # the same case's unprofiled step (the decode part), when the trace decodes as many tokens
+    unprofiled = {r["decode_attention"]: r["ms_per_step"] for r in res.get("decode", [])
+                  if r["preset"] == first_name and (r["prompts"], r["n"], r["prompt_len"], r["new_tokens"])
+                  == case and r["new_tokens"] == FLAGS.profile_tokens}
+    status, profiles = run.attempt("profile", lambda: profile_decode(
+        config, case, FLAGS.decode_attention, FLAGS.profile_tokens, pathlib.Path(FLAGS.profile_dir),
+        FLAGS.seed, unprofiled))
+    if status == "done":
+        res["profiles"] = [{"preset": first_name, **r} for r in profiles]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    from maxk_jax import cli
+    with cli.user_errors():
+        cases = _check_flags()
+    from maxk_jax.models import qwen2
+
+    smoke = FLAGS.smoke
+    if smoke:
+        FLAGS.bandwidth_mib, FLAGS.matmul_size = min(FLAGS.bandwidth_mib, 4), min(FLAGS.matmul_size, 128)
+        cases = [parse_case(c) for c in ("2x2:32/8", "1x4:64/8")] if FLAGS["cases"].using_default_value else cases
+    run = _start_run(smoke)
+    res, out = run.res, run.out
 
     # order: the torch baselines first (their memory goes back to the driver after them), then JAX's
     # parts: the train step before the decode, as JAX's peak-memory counter never resets
@@ -285,63 +367,16 @@ def main(argv: list[str]) -> None:
         dtype="bfloat16", param_dtype="float32", remat=True)
     res["train_preset"] = "tiny" if smoke else TRAIN_PRESET
     res["train_shape"] = f"{p * n} x {sp + t} tokens, {micro} micro-batches, k = {k}"
-    part("hf_generate", lambda: {"preset": first_name, **bench_torch.hf_generate(first_config, cases[0], FLAGS.seed)})
-    part("torch_train", lambda: bench_torch.torch_train(train_config, data, n, micro, FLAGS.repeats))
-    part("ceilings", lambda: ceilings(FLAGS.bandwidth_mib, FLAGS.matmul_size))
+    run.part("hf_generate", lambda: {"preset": first_name,
+                                     **torch_baselines.hf_generate(first_config, cases[0], FLAGS.seed)})
+    run.part("torch_train", lambda: torch_baselines.torch_train(train_config, data, n, micro, FLAGS.repeats))
+    run.part("ceilings", lambda: ceilings(FLAGS.bandwidth_mib, FLAGS.matmul_size))
     bandwidth = res.get("ceilings", {}).get("hbm_bytes_per_s")
-    def train_all() -> list[dict[str, Any]]:
-        rows = []
-        # the larger step first: JAX's allocator keeps the memory it took, in which the smaller then fits (on
-        # an H200, nothing (37 GB) then dots (67 GB) ran out of memory in one process; dots first did not)
-        for policy in sorted(FLAGS.train_remat, key=lambda p: p != "dots"):
-            for attention in FLAGS.train_attention:
-                what = f"train remat_policy={policy} attention={attention}"
-                status, row = attempt(what, lambda: jax_train(train_config.replace(
-                    attention=attention, remat_policy=policy), data, n, k, micro, FLAGS.repeats, FLAGS.seed))
-                if status != "done":
-                    continue
-                rows.append(row)
-                print(f"  {what}: {rows[-1]['tokens_per_s']:,.0f} tok/s (first call {rows[-1]['first_call_s']:.1f} s)",
-                      flush=True)
-                write({**res, "train": rows}, out)
-        return rows
-
-    part("train", train_all)
-
-    def decode_all() -> list[dict[str, Any]]:
-        rows = []
-        for name, base in presets.items():
-            config = base.replace(dtype="bfloat16", param_dtype="bfloat16")
-            params = jax.jit(qwen2.init_params, static_argnums=0)(config, jax.random.key(FLAGS.seed))
-            for case in cases:
-                for attention in FLAGS.decode_attention:
-                    status, row = attempt(f"decode {name} {case_text(case)} {attention}", lambda: decode_case(
-                        variant_config(config, attention), params, case, FLAGS.repeats,
-                        bandwidth or float("nan"), FLAGS.seed))
-                    if status != "done":
-                        continue
-                    if bandwidth is None:
-                        row = {k: v for k, v in row.items() if not k.startswith("roofline") and k != "frac_of_roofline"}
-                    rows.append({"preset": name, "decode_attention": attention, **row})
-                    print(f"  {name} {case_text(case)} {attention}: {row['tok_per_s']:,.0f} tok/s, "
-                          f"{row['ms_per_step']:.2f} ms/step (first call {row['first_call_s']:.1f} s)", flush=True)
-                    write({**res, "decode": rows}, out)
-            del params
-        return rows
-
-    part("decode", decode_all)
+    run.part("train", lambda: train_all(run, train_config, data, n, k, micro))
+    run.part("decode", lambda: decode_all(run, presets, cases, bandwidth))
     if FLAGS.profile_dir:
-        config = first_config.replace(dtype="bfloat16", param_dtype="bfloat16")
-        # the same case's unprofiled step (the decode part), when the trace decodes as many tokens
-        unprofiled = {r["decode_attention"]: r["ms_per_step"] for r in res.get("decode", [])
-                      if r["preset"] == first_name and (r["prompts"], r["n"], r["prompt_len"], r["new_tokens"])
-                      == cases[0] and r["new_tokens"] == FLAGS.profile_tokens}
-        status, profiles = attempt("profile", lambda: profile_decode(
-            config, cases[0], FLAGS.decode_attention, FLAGS.profile_tokens, pathlib.Path(FLAGS.profile_dir),
-            FLAGS.seed, unprofiled))
-        if status == "done":
-            res["profiles"] = [{"preset": first_name, **r} for r in profiles]
-    res["total_s"] = time.perf_counter() - t_start
+        profile_first_case(run, first_name, first_config, cases[0])
+    res["total_s"] = time.perf_counter() - run.t_start
     table = write(res, out, png=True)
     print(table)
     print(f"total {res['total_s']:.0f} s; wrote {out}/bench_accelerator.{{json,md,png}}")

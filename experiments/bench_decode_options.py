@@ -8,7 +8,7 @@ Each ``--entries`` item is ``VARIANT/ATTENTION``: a named set of XLA compiler op
 given to ``sampling.decode_loop`` by re-jitting it with ``compiler_options`` (nothing else changes:
 the prefill keeps the process's options), and a ``bench_accelerator --decode_attention`` entry
 (``auto``, ``xla``, ``pallas`` or ``pallas:S``). Every entry is timed like ``bench_accelerator``'s
-decode cases (``experiments.bench_decode.decode_case``: ms per decode step, tok/s, the roofline
+decode cases (``maxk_jax.benchmarks.decode.decode_case``: ms per decode step, tok/s, the roofline
 fraction against the bandwidth measured at the start of the run), so the rows of one run share their
 ceiling and machine.
 Writes ``bench_decode_options.json`` to ``--results_dir`` after every entry and prints one line per entry.
@@ -24,7 +24,7 @@ from typing import Any
 
 from absl import flags
 
-from experiments import bench_decode as bench
+from maxk_jax.benchmarks import decode as bench
 
 FLAGS = flags.FLAGS
 #: XLA compiler options of each variant (None: the process's own).
@@ -62,7 +62,7 @@ def parse_entry(text: str) -> tuple[str, str]:
 
 def run(config: Any, entries: list[tuple[str, str]], case: tuple[int, int, int, int], repeats: int, seed: int,
         bandwidth: float, out: pathlib.Path | None = None) -> list[dict[str, Any]]:
-    """Time each (variant, attention) entry with ``bench_decode.decode_case``; the decode loop is
+    """Time each (variant, attention) entry with ``maxk_jax.benchmarks.decode.decode_case``; the decode loop is
     re-jitted once per variant with its compiler options. Rows are written to ``out`` (if given)
     after every entry. Returns the rows ({"variant", "decode_attention", **decode_case's})."""
     import jax

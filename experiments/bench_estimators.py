@@ -48,8 +48,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from experiments import paper_listings  # noqa: E402
 from maxk_jax import cli, estimators  # noqa: E402
+from maxk_jax.benchmarks import paper_listings  # noqa: E402
 from maxk_jax.pipelines.phases import cpu_model  # noqa: E402
 
 FLAGS = flags.FLAGS

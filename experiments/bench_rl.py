@@ -12,7 +12,7 @@ programs that fail at once; the judge then runs programs that pass). After ``--w
 ``--results_dir``. ``--peer=torch`` (the default where torch and transformers import; skipped by
 ``--smoke`` unless given) first times the same step shape in PyTorch + transformers: ``generate`` of
 prompts x n completions plus ``--ppo_iterations`` train steps of the RL loss form
-(``experiments/bench_torch.py``; TRL is not installed), and reports the ratio of its seconds to ours.
+(``maxk_jax.benchmarks.torch_baselines``; TRL is not installed), and reports the ratio of its seconds to ours.
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _peer(settings: Any) -> dict[str, Any] | None:
     """The PyTorch peer's seconds for the benchmark's step shape (see the module docstring), or None."""
     import numpy as np
 
-    from experiments import bench_torch
+    from maxk_jax.benchmarks import rollout_batch, torch_baselines
     from maxk_jax.rl import bench
     problems = bench.bench_problems(settings)
     config, tokenizer = bench.bench_model(settings, problems)
@@ -85,11 +85,11 @@ def _peer(settings: Any) -> dict[str, Any] | None:
     prompts = cfg.rollout_sampler(config, tokenizer).encode(problems[:settings.prompts])[0]
     tp = prompt_length_bucket(max(len(p) for p in prompts), cfg.rollout.min_prompt_bucket)
     case = bench.peer_case(settings, tp)
-    gen = bench_torch.hf_generate(config, case, settings.seed)
-    data = bench_torch.train_batch(np.random.default_rng(settings.seed), settings.prompts * settings.n, settings.n, tp,
-                       settings.max_new_tokens, config.vocab_size)
-    train = bench_torch.torch_train(config, data, settings.n, settings.micro_batches, 2)
-    return {"what": f"transformers generate + {settings.ppo_iterations} x the bench_torch train step, "
+    gen = torch_baselines.hf_generate(config, case, settings.seed)
+    data = rollout_batch.train_batch(np.random.default_rng(settings.seed), settings.prompts * settings.n, settings.n,
+                                     tp, settings.max_new_tokens, config.vocab_size)
+    train = torch_baselines.torch_train(config, data, settings.n, settings.micro_batches, 2)
+    return {"what": f"transformers generate + {settings.ppo_iterations} x the torch_baselines train step, "
                     f"{case[0]} x {case[1]} rows of {tp} + {case[3]} tokens",
             "generate_s": gen["steady_s"], "train_step_s": train["steady_s"],
             "model_s": gen["steady_s"] + settings.ppo_iterations * train["steady_s"],

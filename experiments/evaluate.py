@@ -239,37 +239,32 @@ def _check_context(problems: list, tokenizer: Any, model_config: Any, prompt: di
                          "or fewer / shorter problems")
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def _check_before_work() -> dict[str, Any]:
+    """Every flag, file and directory check before work (one line per mistake, nothing written);
+    returns the training run's config (``{}`` without one)."""
     from maxk_jax.cli import preflight
 
-    with cli.user_errors():   # every check before work: one line per mistake, nothing written
+    with cli.user_errors():
         _check_flags()
         if FLAGS.problems:
             preflight.check_problem_file(FLAGS.problems, "--problems file")
         run_config = _training_run_config()
         preflight.check_writable_dir(FLAGS.out_dir, "--out_dir")
         preflight.check_executor(FLAGS.executor)
-    import contextlib
+    return run_config
 
+
+def _load_inputs(run_config: dict[str, Any]) -> dict[str, Any]:
+    """Problems, ks, mesh, dtype, model, tokenizer and prompt settings; a bad file is named in one line."""
     import jax
     import jax.numpy as jnp
 
-    from maxk_jax.runtime import multihost, sharding
-    from maxk_jax.eval import report as eval_report
-    from maxk_jax.eval.checkpoint import generation_eos_ids, load_model, resolve_dtype
-    from maxk_jax.eval.run import EvalOptions, check_ks, default_ks, evaluate
-    from maxk_jax.execution import make_executor
+    from maxk_jax.eval.checkpoint import load_model, resolve_dtype
+    from maxk_jax.eval.run import check_ks, default_ks
     from maxk_jax.models.tokenizer import load_tokenizer
-    from maxk_jax.sampling import Sampler, SamplerSettings, default_eos_ids
-    from maxk_jax.sampling.rollout_copy import RolloutLayout
+    from maxk_jax.runtime import sharding
 
-    kwargs = ({"coordinator_address": FLAGS.coordinator_address, "num_processes": FLAGS.num_processes,
-               "process_id": FLAGS.process_id} if FLAGS.coordinator_address else {})
-    sharding.maybe_initialize_distributed(FLAGS.distributed, **kwargs)   # before jax sees its devices
-    lead = jax.process_index() == 0
-    with cli.user_errors():   # problems, model and tokenizer: a bad file is named in one line
+    with cli.user_errors():
         problems, dataset = _problems()
         ks = check_ks(_int_list(FLAGS.ks, "ks"), FLAGS.n) if FLAGS.ks else default_ks(FLAGS.n)
         mesh = sharding.make_mesh(*_int_list((FLAGS.mesh or "-1,1,1").split(","), "mesh"))
@@ -279,6 +274,19 @@ def main(argv: list[str]) -> None:
         tokenizer = load_tokenizer(model.tokenizer_dir)
         render_kwargs = _prompt_settings(run_config)
         _check_context(problems, tokenizer, model.config, render_kwargs)
+    return {"problems": problems, "dataset": dataset, "ks": ks, "mesh": mesh, "dtype": dtype, "model": model,
+            "tokenizer": tokenizer, "render_kwargs": render_kwargs}
+
+
+def _make_sampler(inputs: dict[str, Any], run_config: dict[str, Any]) -> tuple[Any, list[int], Any, Any]:
+    """The sampler over the loaded model (stop ids: --eos_id, else the training run's, else the
+    model's); returns (sampler, eos ids, model without its params when they were copied, mesh)."""
+    from maxk_jax.eval.checkpoint import generation_eos_ids
+    from maxk_jax.sampling import Sampler, SamplerSettings, default_eos_ids
+    from maxk_jax.sampling.rollout_copy import RolloutLayout
+
+    model, tokenizer, mesh, render_kwargs = (inputs["model"], inputs["tokenizer"], inputs["mesh"],
+                                             inputs["render_kwargs"])
     hf_dir = model.description.get("model_dir", model.description["checkpoint"])
     trained_eos = [int(e) for e in run_config.get("rollout", {}).get("eos_ids", [])]
     eos = (_int_list(FLAGS.eos_id, "eos_id") or trained_eos
@@ -293,17 +301,60 @@ def main(argv: list[str]) -> None:
     sampler = Sampler.create(model.config, params, tokenizer, settings, mesh=mesh, eos_ids=eos,
                              prompt_format=render_kwargs["prompt_format"],
                              render_kwargs={k: v for k, v in render_kwargs.items() if k != "prompt_format"})
+    return sampler, eos, model, mesh
+
+
+def _run_record(inputs: dict[str, Any], model: Any, eos: list[int], run_name: str) -> dict[str, Any]:
+    """The evaluation's settings as written to run_config.json (a resumed run must match them)."""
+    problems = inputs["problems"]
+    ids = "\n".join(p.id for p in problems).encode("utf-8")
+    return {"run_name": run_name, "checkpoint": model.description, "dataset": inputs["dataset"],
+            "num_problems": len(problems), "problem_ids_sha256": hashlib.sha256(ids).hexdigest(),
+            "n": FLAGS.n, "ks": list(inputs["ks"]), "seed": FLAGS.seed, "max_new_tokens": FLAGS.max_new_tokens,
+            "temperature": FLAGS.temperature, "top_p": FLAGS.top_p, "top_k": FLAGS.top_k,
+            "eos_id": eos,
+            "render_kwargs": inputs["render_kwargs"], "keep_completions": FLAGS.keep_completions,
+            "dtype": inputs["dtype"], "batch_size": FLAGS.batch_size, "executor": FLAGS.executor,
+            "sandbox_retries": FLAGS.sandbox_retries, "fail_on_excluded": FLAGS.fail_on_excluded}
+
+
+def _report(result: Any, out_dir: str, jsonl: str, run_name: str) -> None:
+    """Refuse a run the judge gave no verdict for, else write and print the report (process 0)."""
+    from maxk_jax.eval import report as eval_report
+
+    totals = result.totals()
+    if totals["samples"] and not totals["valid_samples"]:   # no verdict at all: the judge, not the model
+        raise cli.UserError(f"every one of the {totals['samples']} samples was excluded (statuses: "
+                            f"{totals['status_counts']}): the judge {FLAGS.executor!r} gave no verdict; the "
+                            f"per-problem records are in {jsonl}, no report was written")
+    paths = eval_report.write_report(result, out_dir, name=run_name)
+    with open(paths["table"], encoding="utf-8") as f:
+        print(f.read())
+    print(f"results: {out_dir}")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    run_config = _check_before_work()
+    import contextlib
+
+    import jax
+
+    from maxk_jax.eval import report as eval_report
+    from maxk_jax.eval.run import EvalOptions, evaluate
+    from maxk_jax.execution import make_executor
+    from maxk_jax.runtime import multihost, sharding
+
+    kwargs = ({"coordinator_address": FLAGS.coordinator_address, "num_processes": FLAGS.num_processes,
+               "process_id": FLAGS.process_id} if FLAGS.coordinator_address else {})
+    sharding.maybe_initialize_distributed(FLAGS.distributed, **kwargs)   # before jax sees its devices
+    lead = jax.process_index() == 0
+    inputs = _load_inputs(run_config)
+    sampler, eos, model, mesh = _make_sampler(inputs, run_config)
     out_dir = os.path.abspath(FLAGS.out_dir)
     run_name = FLAGS.run_name or os.path.basename(out_dir)
-    ids = "\n".join(p.id for p in problems).encode("utf-8")
-    config = {"run_name": run_name, "checkpoint": model.description, "dataset": dataset,
-              "num_problems": len(problems), "problem_ids_sha256": hashlib.sha256(ids).hexdigest(),
-              "n": FLAGS.n, "ks": list(ks), "seed": FLAGS.seed, "max_new_tokens": FLAGS.max_new_tokens,
-              "temperature": FLAGS.temperature, "top_p": FLAGS.top_p, "top_k": FLAGS.top_k,
-              "eos_id": eos,
-              "render_kwargs": render_kwargs, "keep_completions": FLAGS.keep_completions, "dtype": dtype,
-              "batch_size": FLAGS.batch_size, "executor": FLAGS.executor, "sandbox_retries": FLAGS.sandbox_retries,
-              "fail_on_excluded": FLAGS.fail_on_excluded}
+    config = _run_record(inputs, model, eos, run_name)
     jsonl = os.path.join(out_dir, eval_report.PER_PROBLEM)
     # Multi-host: process 0 owns out_dir (reads the finished results, writes every file); the other
     # hosts get its finished results inside run_evaluation and write nothing.
@@ -314,22 +365,14 @@ def main(argv: list[str]) -> None:
         done = []
     with make_executor(FLAGS.executor) as executor, \
             (eval_report.ResultLog(jsonl) if lead else contextlib.nullcontext()) as log:
-        options = EvalOptions(ks=tuple(ks), batch_size=FLAGS.batch_size, sandbox_retries=FLAGS.sandbox_retries,
-                              fail_on_excluded=FLAGS.fail_on_excluded, keep_completions=FLAGS.keep_completions,
-                              progress=FLAGS.progress and lead, host=multihost.batch_block(mesh))
-        result = evaluate(sampler, problems, executor=executor, key=jax.random.key(FLAGS.seed), options=options,
-                          done=done, on_result=log.append if lead else None, run_config=config)
-    if not lead:
-        return
-    totals = result.totals()
-    if totals["samples"] and not totals["valid_samples"]:   # no verdict at all: the judge, not the model
-        raise cli.UserError(f"every one of the {totals['samples']} samples was excluded (statuses: "
-                            f"{totals['status_counts']}): the judge {FLAGS.executor!r} gave no verdict; the "
-                            f"per-problem records are in {jsonl}, no report was written")
-    paths = eval_report.write_report(result, out_dir, name=run_name)
-    with open(paths["table"], encoding="utf-8") as f:
-        print(f.read())
-    print(f"results: {out_dir}")
+        options = EvalOptions(ks=tuple(inputs["ks"]), batch_size=FLAGS.batch_size,
+                              sandbox_retries=FLAGS.sandbox_retries, fail_on_excluded=FLAGS.fail_on_excluded,
+                              keep_completions=FLAGS.keep_completions, progress=FLAGS.progress and lead,
+                              host=multihost.batch_block(mesh))
+        result = evaluate(sampler, inputs["problems"], executor=executor, key=jax.random.key(FLAGS.seed),
+                          options=options, done=done, on_result=log.append if lead else None, run_config=config)
+    if lead:
+        _report(result, out_dir, jsonl, run_name)
 
 
 def _prepare_out_dir(out_dir: str, jsonl: str, config: dict) -> list:

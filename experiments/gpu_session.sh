@@ -3,7 +3,7 @@
 #   1. the decode entries prepared on CPU: the Pallas decode with and without the fused LM head + draw (1.5B, 16 x 8);
 #   2. bench_rl at 1.5B: 16 prompts x n = 32 (512 rows), 256 new tokens, 3 PPO iterations in 16 micro-batches
 #      (32 rows each, the measured train step's), half the completions judged as the reference solution, with
-#      the PyTorch peer (transformers generate + the bench_torch train step) first;
+#      the PyTorch peer (transformers generate + the torch_baselines train step) first;
 #   3. bench_rl at 7B if time is left: bf16 parameters and Adam moments, 16 x 8 rows, no peer.
 # Each part runs under its own time limit and the next runs whatever the last did; outputs under OUT.
 #

@@ -92,7 +92,7 @@ flags.DEFINE_list("xla_options", [],
                   "set on a GPU; the defaults when empty.")
 flags.DEFINE_list("cases", [],
                   "--target=h100: decode cases PROMPTSxN:PROMPT_LEN/NEW_TOKENS to compile (default: the --prompts x --n "
-                  "case, then the RL batch sizes of experiments.bench_decode.RL_CASES, 16x32 and 4x256 rows).")
+                  "case, then the RL batch sizes of maxk_jax.benchmarks.decode.RL_CASES, 16x32 and 4x256 rows).")
 flags.DEFINE_list("decode_attention", ["xla", "pallas"],
                   "--target=h100: decode attentions to compile (Qwen2Config.decode_attention): xla (XLA fusions) "
                   "and/or pallas (the Pallas Triton kernels of maxk_jax.models.decode_attention).")
@@ -138,7 +138,7 @@ def _xla_options() -> dict[str, str]:
 
 def _cases() -> list[tuple[int, int, int, int]]:
     """--cases as (prompts, n, prompt_len, new_tokens); default the flags' case, then the RL batch sizes."""
-    from experiments.bench_decode import cases_or_default
+    from maxk_jax.benchmarks.decode import cases_or_default
     return cases_or_default(FLAGS.cases, (FLAGS.prompts, FLAGS.n, FLAGS.prompt_len, FLAGS.new_tokens))
 
 

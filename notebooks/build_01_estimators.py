@@ -183,7 +183,7 @@ $$w'_{ii}=\binom{i-1}{k-1}(1+\delta_i)+\binom{i-2}{k-2}\sum_{l<i}\delta_l,\qquad
 w'_{ij}=\binom{j-2}{k-2}(1+\delta_i+\delta_j)+\binom{j-3}{k-3}\sum_{l<j,\,l\ne i}\delta_l\ (j>i).$$
 
 The paper's Listing 3 does not compute these as printed (it adds the diagonal term to every row
-and its batched matmul mixes prompts); `experiments/paper_listings.py` has the corrected
+and its batched matmul mixes prompts); `maxk_jax/benchmarks/paper_listings.py` has the corrected
 version. Here the weight matrices are built from the formulas and checked against the
 library's $O(n\log n)$ transforms.
 """)

@@ -21,7 +21,7 @@ STAGE = {
     "rl.training": 6, "rl.exactness": 6,
     "rl.rollout": 7, "rl.warmup": 7, "rl.metrics_log": 7, "rl.run_config": 7, "rl.config_dict": 7,
     "rl.loop": 7, "rl.producer": 7, "rl.method": 7, "rl.bench": 7, "planning": 7,
-    "pipelines": 8,
+    "pipelines": 8, "benchmarks": 8,
 }
 
 
@@ -117,21 +117,31 @@ def _is_script(path: pathlib.Path) -> bool:
 
 
 def test_scripts_do_not_import_scripts():
-    """No module under experiments/ imports an entry point of experiments/ (shared logic lives in
-    maxk_jax); only the run configs and helper modules without a main (paper_listings: the
-    paper's listings, the benchmark's baseline; bench_torch: bench_accelerator's PyTorch baselines;
-    bench_accelerator_report: its table, plot and writer; bench_decode: the decode timing it shares with
-    bench_decode_options) may be imported."""
+    """No module under experiments/ imports another module of experiments/ but the run configs:
+    shared benchmark code lives in maxk_jax.benchmarks, shared library code in maxk_jax."""
     modules = _modules("experiments")
     bad = [f"{module} imports {target}"
            for module, path in sorted(modules.items())
            for target in sorted(_imports(path, modules, "experiments"))
-           if target != module and _is_script(modules[target])]
+           if target != module and not target.startswith("experiments.configs")]
     assert not bad, "\n".join(bad)
-    helpers = {m for m, p in modules.items() if not _is_script(p) and not m.startswith("experiments.configs")}
-    assert helpers == {"experiments", "experiments.paper_listings", "experiments.bench_torch",
-                       "experiments.bench_accelerator_report", "experiments.bench_decode"}, sorted(helpers)
-    assert _is_script(modules["experiments.plan_train"]) and _is_script(modules["experiments.bandit"])
+
+
+def _entry_point_files() -> list[pathlib.Path]:
+    """Every experiments/ module but the package marker and the run configs."""
+    return sorted(p for p in (ROOT / "experiments").rglob("*.py")
+                  if p.name != "__init__.py" and "configs" not in p.relative_to(ROOT / "experiments").parts)
+
+
+def test_every_experiments_module_is_an_entry_point_with_a_main():
+    """Entry points are only entry points: each experiments/*.py (configs aside) defines ``main`` and
+    runs it under ``if __name__ == "__main__":``; code without a main belongs in the package."""
+    files = _entry_point_files()
+    assert {p.stem for p in files} >= {"bench_accelerator", "plan_train", "bandit", "evaluate"}
+    bad = [str(p.relative_to(ROOT)) for p in files
+           if not _is_script(p) or not any(isinstance(node, ast.FunctionDef) and node.name == "main"
+                                           for node in ast.parse(p.read_text()).body)]
+    assert not bad, f"without a main (move shared code into maxk_jax): {bad}"
 
 
 def test_contracts_are_cited_inside_the_repository():

@@ -130,3 +130,21 @@ def test_evaluate_seed_defaults_to_zero(sweep):
     help_text = sweep["experiments.evaluate"]["--help"]["stdout"]
     match = re.search(r"--seed: Seed of the sampling key.*?\(default: '(\d+)'\)", help_text, re.S)
     assert match and match.group(1) == "0", help_text[-3000:]
+
+
+def test_the_groups_table_places_every_program_once_and_follows_the_naming_rule():
+    """docs/usage/entry_points.md's table: each experiments/*.py (configs aside) in exactly one group;
+    every bench_* under benchmarks and every plan_* under planners, and nothing else there."""
+    text = (ROOT / "docs" / "usage" / "entry_points.md").read_text(encoding="utf-8")
+    groups = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 3 and cells[1].startswith("`"):
+            groups[cells[0].split(" (")[0]] = [name.strip(" `") for name in cells[1].split(",")]
+    assert set(groups) == {"paper experiments", "benchmarks", "planners", "tools"}, sorted(groups)
+    listed = [name for names in groups.values() for name in names]
+    programs = sorted(p.stem for p in (ROOT / "experiments").glob("*.py") if p.stem != "__init__")
+    assert sorted(listed) == programs, (sorted(set(programs) - set(listed)), sorted(set(listed) - set(programs)),
+                                        sorted(n for n in set(listed) if listed.count(n) > 1))
+    assert sorted(groups["benchmarks"]) == [p for p in programs if p.startswith("bench_")]
+    assert sorted(groups["planners"]) == [p for p in programs if p.startswith("plan_")]

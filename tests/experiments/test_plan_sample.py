@@ -23,7 +23,7 @@ def test_bad_cases_fail_in_one_line(tmp_path):
 
 
 def test_default_cases_are_the_flags_case_then_the_rl_batch_sizes():
-    from experiments.bench_decode import cases_or_default
+    from maxk_jax.benchmarks.decode import cases_or_default
     assert cases_or_default([], (16, 8, 512, 256)) == [(16, 8, 512, 256), (16, 32, 512, 256), (4, 256, 512, 256)]
     assert cases_or_default([], (16, 32, 512, 256)) == [(16, 32, 512, 256), (4, 256, 512, 256)]
     assert cases_or_default(["4x256:512/256"], (16, 8, 512, 256)) == [(4, 256, 512, 256)]

@@ -1,4 +1,4 @@
-"""The paper's Listings 2 and 3 (experiments/paper_listings.py) against brute-force subset sums."""
+"""The paper's Listings 2 and 3 (maxk_jax/benchmarks/paper_listings.py) against brute-force subset sums."""
 import itertools
 import math
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import paper_listings as pl
+from maxk_jax.benchmarks import paper_listings as pl
 
 
 def brute_force(rewards: np.ndarray, deltas: np.ndarray | None, k: int) -> np.ndarray:

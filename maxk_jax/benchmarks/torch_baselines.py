@@ -1,38 +1,15 @@
-"""The PyTorch + transformers baselines of ``experiments/bench_accelerator.py`` (imported by it when those
-parts run): transformers ``generate`` and the RL train step's loss form in PyTorch, on the same
-shapes; see that module's docstring. Needs torch and transformers (a CUDA device off ``--smoke``).
-A helper without a main (imported by the benchmark, never the other way)."""
+"""The PyTorch + transformers baselines of ``experiments/bench_accelerator.py`` and
+``experiments/bench_rl.py``: transformers ``generate`` and the RL train step's loss form in PyTorch,
+on the same shapes; see bench_accelerator's docstring. torch and transformers are optional: they are
+imported inside the functions (a CUDA device off ``--smoke``), so importing this module needs neither."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-
-def train_batch(rng: np.random.Generator, b: int, n: int, sp: int, t: int, vocab: int) -> dict[str, np.ndarray]:
-    """A random rollout batch: left-padded prompts (lengths sp/2..sp, shared by a group of n),
-    completions of t/2..t tokens, rewards in {0, 1}, behaviour log-probs in [-3, -0.05]."""
-    prompt_lens = np.repeat(rng.integers(sp // 2, sp + 1, size=b // n), n)
-    comp_lens = rng.integers(t // 2, t + 1, size=b)
-    attn = np.zeros((b, sp + t), bool)
-    for i in range(b):
-        attn[i, sp - prompt_lens[i]:sp] = True
-        attn[i, sp:sp + comp_lens[i]] = True
-    comp = attn[:, sp:]
-    return {"tokens": rng.integers(4, vocab, size=(b, sp + t)).astype(np.int32), "attention_mask": attn,
-            "completion_mask": comp, "rewards": rng.integers(0, 2, size=b).astype(np.float32),
-            "old_logp": np.where(comp, rng.uniform(-3.0, -0.05, comp.shape), 0.0).astype(np.float32)}
-
-
-def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
-    """Median seconds of ``repeats`` calls of fn (which blocks until its result is ready), and every time."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), times
+from maxk_jax.benchmarks.timing import median_time
 
 
 def _torch_device() -> Any:

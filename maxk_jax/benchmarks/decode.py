@@ -1,5 +1,5 @@
 """The decode timing that ``experiments/bench_accelerator.py`` and ``experiments/bench_decode_options.py``
-share (a helper without a main): the measured ceilings, one timed ``sampling.generate`` case against its
+share: the measured ceilings, one timed ``sampling.generate`` case against its
 roofline, the ``--cases`` and ``--decode_attention`` syntax, and the tiny ``--smoke`` model."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.bench_torch import median_time as _median_time
+from maxk_jax.benchmarks.timing import median_time
 
 
 #: The decode cases of ``bench_accelerator --cases`` by default: the RL rollout of the base config (16 prompts x
@@ -47,11 +47,11 @@ def ceilings(bandwidth_mib: int, matmul_size: int) -> dict[str, float]:
     x = jnp.ones((bandwidth_mib * 2 ** 20 // 4,), jnp.float32)
     pass_ = jax.jit(lambda v: v * 1.0001 + 1.0)
     pass_(x).block_until_ready()
-    bw_s, _ = _median_time(lambda: pass_(x).block_until_ready(), 10)
+    bw_s, _ = median_time(lambda: pass_(x).block_until_ready(), 10)
     a = jax.random.normal(jax.random.key(0), (matmul_size, matmul_size), jnp.bfloat16)
     mm = jax.jit(lambda u, v: u @ v)
     mm(a, a).block_until_ready()
-    mm_s, _ = _median_time(lambda: mm(a, a).block_until_ready(), 10)
+    mm_s, _ = median_time(lambda: mm(a, a).block_until_ready(), 10)
     return {"hbm_bytes_per_s": 2 * x.nbytes / bw_s, "bf16_flops": 2 * matmul_size ** 3 / mm_s,
             "bandwidth_mib": bandwidth_mib, "matmul_size": matmul_size}
 
@@ -77,7 +77,7 @@ def decode_case(config: Any, params: Any, case: tuple[int, int, int, int], repea
     t0 = time.perf_counter()
     out = gen()
     first = time.perf_counter() - t0
-    steady, all_s = _median_time(gen, repeats)
+    steady, all_s = median_time(gen, repeats)
     steps = int(out.num_steps)
     if steps != t:
         raise RuntimeError(f"generate stopped after {steps} of {t} tokens without a stop token")
@@ -86,7 +86,7 @@ def decode_case(config: Any, params: Any, case: tuple[int, int, int, int], repea
                                         config.pad_token_id or 0)
     prefill = lambda: jax.block_until_ready(sampling.prefill_prompts(config, settings, None, params, tokens, mask))  # noqa: E731
     prefill()
-    prefill_s, _ = _median_time(prefill, repeats)
+    prefill_s, _ = median_time(prefill, repeats)
     ms_step = 1e3 * (steady - prefill_s) / max(steps - 1, 1)
     ideal = gpu_plan.ideal_bytes(config, p, n, tp, t)["total"]
     roof_ms = 1e3 * ideal / bandwidth
