@@ -19,7 +19,7 @@ STAGE = {
     "eval": 5, "export": 5, "rl.losses": 5, "rl.logprobs": 5, "rl.staleness": 5, "rl.step_metrics": 5,
     "rl.wiring": 5,
     "rl.training": 6, "rl.exactness": 6,
-    "rl.rollout": 7, "rl.warmup": 7, "rl.metrics_log": 7, "rl.run_config": 7, "rl.config_dict": 7,
+    "rl.rollout": 7, "rl.warmup": 7, "rl.metrics_log": 7, "rl.run_sections": 7, "rl.problem_stream": 7, "rl.run_config": 7, "rl.config_dict": 7,
     "rl.loop": 7, "rl.producer": 7, "rl.method": 7, "rl.bench": 7, "planning": 7,
     "pipelines": 8, "benchmarks": 8,
 }

@@ -44,7 +44,8 @@ jit-compiled with the config static; n = 1 is an ordinary per-sequence cache)::
 
 The cache itself (:class:`KVCache`, :func:`init_cache`, :func:`cache_logical_axes`) and its
 one-token attention (:func:`attend_decode`) live in :mod:`maxk_jax.models.kv_cache` and are
-re-exported here. The decode step (:func:`maxk_jax.models.decode.decode_step`) runs the layers
+re-exported here; the building blocks (``dense`` with its written-out backward pass, RMSNorm, RoPE,
+the remat policies) live in :mod:`maxk_jax.models.layers`, re-exported too. The decode step (:func:`maxk_jax.models.decode.decode_step`) runs the layers
 UNROLLED over per-layer weights and cache blocks: inside the sampler's ``while_loop`` a scanned layer loop made
 XLA:GPU copy every layer's weights and cache block out of the stacked arrays at every token, while
 static per-layer arrays are read in place. The layers only READ the cache; all layers' new K/V are
@@ -55,7 +56,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -64,126 +65,14 @@ from jax.ad_checkpoint import checkpoint_name
 
 from maxk_jax.models import decode_attention
 from maxk_jax.models.attention import attend, attention, compiling_for_gpu  # noqa: F401  (attend: re-exported)
+from maxk_jax.models.layers import (ACT_BTE, SAVED_BY_DOTS, RMSNorm, apply_rope, dense,  # noqa: F401
+                                    dense_init, param, remat_policy, resolve_remat_policy, rope_tables)
 from maxk_jax.models.kv_cache import (KVCache, attend_decode, cache_logical_axes,  # noqa: F401
                                       init_cache)
 from maxk_jax.models.qwen2_config import (DECODE_ATTENTION, DECODE_DRAW, DTYPES, PRESETS, REMAT_POLICIES,  # noqa: F401
                                           Qwen2Config, preset)
 
 Params = Any
-
-
-# ----------------------------------------------------------------------------------------------
-# Building blocks
-# ----------------------------------------------------------------------------------------------
-
-def _param(module: nn.Module, name: str, init: Any, shape: tuple[int, ...],
-           names: tuple[str, ...], dtype: jnp.dtype) -> jax.Array:
-    return module.param(name, nn.with_logical_partitioning(init, names), shape, dtype)
-
-
-_dense_init = nn.initializers.normal(stddev=0.02)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def dense(x: jax.Array, w: jax.Array, out_dtype: Any = None) -> jax.Array:
-    """x [..., K] @ w [K, N] -> [..., N] (``out_dtype``: the matmul's preferred element type, e.g.
-    float32 logits from bf16 operands; None = the operands' type).
-
-    Same values as ``jnp.einsum``; only the backward pass is written out: the weight gradient is
-    ``x2.T @ g2`` (or ``(g2.T @ x2).T`` when N < K) with the smaller transposed operand
-    materialised first (behind an optimisation barrier).  Left to autodiff, XLA:CPU computes dW = dot(x, g, contracting dims 0 and 0),
-    which its matmul kernels do not take, so it transposes the cotangent g inside the loop
-    fusion that produces it (e.g. the SwiGLU backward): a strided elementwise pass that cost as
-    much as all the matmuls of the backward together (experiments/bench_train.py).
-    """
-    return jnp.einsum("...k,kn->...n", x, w, preferred_element_type=out_dtype)
-
-
-def _dense_fwd(x: jax.Array, w: jax.Array, out_dtype: Any) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    return dense(x, w, out_dtype), (x, w)
-
-
-def _dense_bwd(out_dtype: Any, res: tuple[jax.Array, jax.Array], g: jax.Array
-               ) -> tuple[jax.Array, jax.Array]:
-    x, w = res
-    k, n = w.shape
-    acc = jnp.promote_types(jnp.promote_types(x.dtype, w.dtype), jnp.float32)
-    dx = jnp.einsum("...n,kn->...k", g.astype(x.dtype) if out_dtype is None else g, w,
-                    preferred_element_type=acc).astype(x.dtype)
-    x2 = x.reshape(-1, k)
-    g2 = g.reshape(-1, n).astype(x.dtype) if out_dtype is None else g.reshape(-1, n)
-    if k <= n:  # transpose the smaller operand, materialised row-major before the matmul
-        dw = jnp.einsum("kr,rn->kn", jax.lax.optimization_barrier(x2.T), g2,
-                        preferred_element_type=acc)
-    else:
-        dw = jnp.einsum("nr,rk->nk", jax.lax.optimization_barrier(g2.T), x2,
-                        preferred_element_type=acc).T
-    return dx, dw.astype(w.dtype)
-
-
-dense.defvjp(_dense_fwd, _dense_bwd)
-#: Logical axes of the hidden state [B, T, E].
-ACT_BTE = ("activation_batch", "activation_length", "activation_embed")
-
-
-class RMSNorm(nn.Module):
-    """``x / rms(x) * scale`` over the last axis; statistics in float32. x: [..., E]."""
-
-    config: Qwen2Config
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        cfg = self.config
-        scale = _param(self, "scale", nn.initializers.ones, (cfg.hidden_size,), ("norm",),
-                       cfg.params_dtype)
-        x32 = x.astype(jnp.float32)
-        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + cfg.rms_norm_eps)
-        return scale.astype(cfg.compute_dtype) * normed.astype(cfg.compute_dtype)
-
-
-def rope_tables(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
-    """cos, sin tables [B, T, D] (float32) for integer positions [B, T] (HF default RoPE)."""
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-    freqs = positions.astype(jnp.float32)[..., None] * inv_freq
-    emb = jnp.concatenate([freqs, freqs], axis=-1)
-    return jnp.cos(emb), jnp.sin(emb)
-
-
-def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotate x [B, T, N, D] with cos/sin [B, T, D] (``rotate_half`` convention)."""
-    half = x.shape[-1] // 2
-    x32 = x.astype(jnp.float32)
-    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
-    out = x32 * cos[:, :, None, :] + rotated * sin[:, :, None, :]
-    return out.astype(x.dtype)
-
-
-#: What ``remat_policy="dots"`` keeps of a layer's forward pass (``checkpoint_name`` tags): the
-#: projections' outputs, so the backward pass recomputes no matmul but the attention's.
-SAVED_BY_DOTS = ("attn_qkv", "attn_out", "mlp_gate_up")
-
-
-def resolve_remat_policy(name: str, platform: str | None = None) -> str:
-    """The remat policy ``name`` selects on ``platform`` (default: the one being compiled for):
-    ``"auto"`` -> ``"dots"`` on GPU, ``"nothing"`` elsewhere; the others unchanged."""
-    if name not in REMAT_POLICIES:
-        raise ValueError(f"remat_policy={name!r}; expected one of {REMAT_POLICIES}")
-    if name != "auto":
-        return name
-    return "dots" if compiling_for_gpu(platform) else "nothing"
-
-
-def remat_policy(name: str) -> Callable[..., bool]:
-    """The ``jax.checkpoint`` policy of ``Qwen2Config.remat_policy`` ``name``: "nothing" recomputes
-    the whole layer in the backward pass; "dots" keeps the tensors named in :data:`SAVED_BY_DOTS`
-    (q, k, v after RoPE, the attention output, the MLP's gate and up projections); "auto" is
-    :func:`resolve_remat_policy`'s choice for the platform being compiled for."""
-    name = resolve_remat_policy(name)
-    if name == "nothing":
-        return jax.checkpoint_policies.nothing_saveable
-    if name == "dots":
-        return jax.checkpoint_policies.save_only_these_names(*SAVED_BY_DOTS)
-    raise ValueError(f"remat_policy={name!r}; expected one of {REMAT_POLICIES}")
 
 
 class Attention(nn.Module):
@@ -214,13 +103,13 @@ class Attention(nn.Module):
                              f"after the step)")
         e, h, k_, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim_
         zeros = nn.initializers.zeros
-        wq = _param(self, "q_kernel", _dense_init, (e, h, d), ("embed", "heads", "head_dim"), pd)
-        bq = _param(self, "q_bias", zeros, (h, d), ("heads", "head_dim"), pd)
-        wk = _param(self, "k_kernel", _dense_init, (e, k_, d), ("embed", "kv_heads", "head_dim"), pd)
-        bk = _param(self, "k_bias", zeros, (k_, d), ("kv_heads", "head_dim"), pd)
-        wv = _param(self, "v_kernel", _dense_init, (e, k_, d), ("embed", "kv_heads", "head_dim"), pd)
-        bv = _param(self, "v_bias", zeros, (k_, d), ("kv_heads", "head_dim"), pd)
-        wo = _param(self, "o_kernel", _dense_init, (h, d, e), ("heads", "head_dim", "embed"), pd)
+        wq = param(self, "q_kernel", dense_init, (e, h, d), ("embed", "heads", "head_dim"), pd)
+        bq = param(self, "q_bias", zeros, (h, d), ("heads", "head_dim"), pd)
+        wk = param(self, "k_kernel", dense_init, (e, k_, d), ("embed", "kv_heads", "head_dim"), pd)
+        bk = param(self, "k_bias", zeros, (k_, d), ("kv_heads", "head_dim"), pd)
+        wv = param(self, "v_kernel", dense_init, (e, k_, d), ("embed", "kv_heads", "head_dim"), pd)
+        bv = param(self, "v_bias", zeros, (k_, d), ("kv_heads", "head_dim"), pd)
+        wo = param(self, "o_kernel", dense_init, (h, d, e), ("heads", "head_dim", "embed"), pd)
 
         x = x.astype(cd)
         b, t = x.shape[:2]
@@ -272,9 +161,9 @@ class MLP(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         cfg, pd, cd = self.config, self.config.params_dtype, self.config.compute_dtype
         e, f = cfg.hidden_size, cfg.intermediate_size
-        wg = _param(self, "gate_kernel", _dense_init, (e, f), ("embed", "mlp"), pd)
-        wu = _param(self, "up_kernel", _dense_init, (e, f), ("embed", "mlp"), pd)
-        wd = _param(self, "down_kernel", _dense_init, (f, e), ("mlp", "embed"), pd)
+        wg = param(self, "gate_kernel", dense_init, (e, f), ("embed", "mlp"), pd)
+        wu = param(self, "up_kernel", dense_init, (e, f), ("embed", "mlp"), pd)
+        wd = param(self, "down_kernel", dense_init, (f, e), ("mlp", "embed"), pd)
         x = x.astype(cd)
         gate = checkpoint_name(dense(x, wg.astype(cd)), "mlp_gate_up")
         up = checkpoint_name(dense(x, wu.astype(cd)), "mlp_gate_up")
@@ -310,7 +199,7 @@ class Embed(nn.Module):
 
     def setup(self) -> None:
         cfg = self.config
-        self.embedding = _param(self, "embedding", _dense_init, (cfg.vocab_size, cfg.hidden_size),
+        self.embedding = param(self, "embedding", dense_init, (cfg.vocab_size, cfg.hidden_size),
                                 ("vocab", "embed"), cfg.params_dtype)
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
@@ -325,13 +214,20 @@ class LMHead(nn.Module):
     @nn.compact
     def __call__(self, h: jax.Array) -> jax.Array:
         cfg = self.config
-        w = _param(self, "kernel", _dense_init, (cfg.hidden_size, cfg.vocab_size),
+        w = param(self, "kernel", dense_init, (cfg.hidden_size, cfg.vocab_size),
                    ("embed", "vocab"), cfg.params_dtype)
         return dense(h, w.astype(h.dtype), jnp.float32)
 
 
 class Qwen2(nn.Module):
-    """The full causal LM. tokens [B,T] -> (logits [B,T,V] float32, updated cache K/V)."""
+    """The full causal LM. tokens [B,T] -> (logits [B,T,V] float32, updated cache K/V).
+
+    ``mode``: "full" (training, :func:`logits`), "prefill" (:func:`prefill`) or "decode". The
+    library's decode step is :func:`maxk_jax.models.decode.decode_step` (layers unrolled over
+    per-layer weights); ``mode="decode"`` here, one ``nn.scan`` over the STACKED weights and a
+    stacked cache, is kept only as that step's test reference (tests/models/test_decode.py
+    compares the two exactly in float32) and is not used by the library.
+    """
 
     config: Qwen2Config
     mode: str = "full"

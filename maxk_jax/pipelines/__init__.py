@@ -9,7 +9,8 @@ RL config), ``config_dict`` (its ml_collections form: one conversion each way), 
 hash), ``evaluation`` (the run's judge, paired evaluation of a model, the trained checkpoint),
 ``phases`` (phase timing, multi-host ordering, JSON records), ``tiny`` (the main job and its
 report), ``methods`` (the method registry `maxk_jax.rl.method` applied to pipeline configs), ``compare`` (the
-comparison: runs, aggregation over seeds, Wilcoxon tests, results.md), ``compare_plots``.
+comparison: runs, resume checks, its phases), ``compare_results`` (aggregation over seeds, Wilcoxon
+tests, curves, results.md), ``compare_plots``.
 """
 from maxk_jax.pipelines.base_model import (BASE_FORMAT_VERSION, base_key, base_settings, build_base,
                                            prepare_base, prepare_data, settings_hash)

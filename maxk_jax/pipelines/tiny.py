@@ -142,6 +142,21 @@ def resume_note(cfg: PipelineConfig) -> str:
     return f"{run_dir}: {saved}; continue with the same command and --resume"
 
 
+def start_run_dir(cfg: PipelineConfig, run_dir: str, *, overwrite: bool, resume: bool) -> None:
+    """Process 0: check (`check_run_dir`), empty with ``overwrite`` and create ``run_dir``, write its
+    pipeline_config.json; with several processes every one returns once the directory is in place."""
+    if jax.process_index() == 0:
+        check_run_dir(cfg, overwrite=overwrite, resume=resume)
+        if overwrite and os.path.exists(run_dir):
+            shutil.rmtree(run_dir)
+        os.makedirs(run_dir, exist_ok=resume)
+        write_json(os.path.join(run_dir, "pipeline_config.json"), to_config_dict(cfg).to_dict())
+    if jax.process_count() > 1:   # the other hosts start once the run directory is in place
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("tiny_pipeline run_dir")
+
+
 def run_pipeline(cfg: PipelineConfig, *, overwrite: bool = False, resume: bool = False, progress: bool = True,
                  executor: Optional[Executor] = None) -> dict[str, Any]:
     """Run every phase (module docstring) of the pipeline config `cfg` and return ``{"run_dir",
@@ -161,16 +176,7 @@ def run_pipeline(cfg: PipelineConfig, *, overwrite: bool = False, resume: bool =
     lead = jax.process_index() == 0       # multi-host: process 0 owns the run directory
     multi = jax.process_count() > 1
     run_dir = run_dir_of(cfg)
-    if lead:
-        check_run_dir(cfg, overwrite=overwrite, resume=resume)
-        if overwrite and os.path.exists(run_dir):
-            shutil.rmtree(run_dir)
-        os.makedirs(run_dir, exist_ok=resume)
-        write_json(os.path.join(run_dir, "pipeline_config.json"), to_config_dict(cfg).to_dict())
-    if multi:   # the other hosts start once the run directory is in place
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices("tiny_pipeline run_dir")
+    start_run_dir(cfg, run_dir, overwrite=overwrite, resume=resume)
     cache_root = os.path.abspath(os.path.join(cfg.runs_dir, "_cache"))
     load = {"start": [round(x, 2) for x in os.getloadavg()]}
     timer = PhaseTimer()

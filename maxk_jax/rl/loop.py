@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import logging
 import math
 import os
@@ -71,11 +70,11 @@ from maxk_jax.rl import rollout as rollout_lib
 from maxk_jax.runtime import sharding as sharding_lib
 from maxk_jax.rl import producer as producer_lib
 from maxk_jax.rl import training
-from maxk_jax.data import load_dataset, load_problems, make_token_counter
 from maxk_jax.data.problem import Problem
 from maxk_jax.execution import Executor, JudgeCounter
 from maxk_jax.rl.config_dict import to_config_dict
-from maxk_jax.rl.run_config import EvalSettings, ProblemSource, RunConfig
+from maxk_jax.rl.problem_stream import epoch_order, load_problem_set, problems_of_eval, step_problems  # noqa: F401
+from maxk_jax.rl.run_config import EvalSettings, RunConfig
 from maxk_jax.rl.metrics_log import MetricsLogger
 from maxk_jax.models.tokenizer_protocol import Tokenizer
 from maxk_jax.sampling.rollout_copy import RolloutLayout
@@ -92,58 +91,6 @@ class MaskedRolloutError(RuntimeError):
     """Every sample of more RL steps in a row than ``rollout.masked_steps_tolerated`` was masked
     (no reward: the judge is unreachable or broken); the message names the executor and the
     statuses seen."""
-
-
-# ------------------------------------------------------------------ data --------------------
-
-def load_problem_set(spec: ProblemSource, tokenizer: Tokenizer) -> list[Problem]:
-    """Problems of a data spec (fields dataset, path, split, problems, options, limit,
-    synthetic_*): a Problem JSONL cache, the synthetic family, or any ``load_dataset`` name."""
-    if spec.problems:
-        problems = load_problems(spec.problems)
-    elif spec.dataset == "synthetic":
-        from maxk_jax.data import synthetic
-
-        train, test = synthetic.make_split(synthetic.SyntheticConfig(
-            seed=spec.synthetic_seed, num_train=spec.synthetic_num_train,
-            num_test=spec.synthetic_num_test))
-        if spec.split not in ("train", "test"):
-            raise ValueError(f"synthetic split must be 'train' or 'test', got {spec.split!r}")
-        problems = train if spec.split == "train" else test
-    elif spec.dataset:
-        options = dict(spec.options)
-        from maxk_jax.data.loaders import LOADERS, canonical_name
-
-        fn = LOADERS[canonical_name(spec.dataset)][0]
-        if "token_count" in inspect.signature(fn).parameters and "token_count" not in options:
-            options["token_count"] = make_token_counter(tokenizer)
-        problems, report = load_dataset(spec.dataset, spec.path or None, spec.split or None, **options)
-        logging.info("loaded %s: %s", spec.dataset, report.summary())
-    else:
-        raise ValueError("no problems configured: set dataset (a load_dataset name or 'synthetic') "
-                         "or problems (a Problem JSONL cache)")
-    if spec.limit:
-        problems = problems[:spec.limit]
-    if not problems:
-        raise ValueError(f"the problem set {spec.dataset or spec.problems!r} is empty")
-    return list(problems)
-
-
-def epoch_order(num_problems: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """Problem indices of epoch ``epoch``: a permutation from default_rng([seed, epoch])."""
-    if not shuffle:
-        return np.arange(num_problems)
-    return np.random.default_rng([seed, epoch]).permutation(num_problems)
-
-
-def step_problems(problems: Sequence[Problem], step: int, per_step: int, seed: int,
-                  shuffle: bool) -> list[Problem]:
-    """The problems of RL step ``step``: stream positions [step*per_step, (step+1)*per_step)."""
-    out = []
-    for pos in range(step * per_step, (step + 1) * per_step):
-        epoch, i = divmod(pos, len(problems))
-        out.append(problems[int(epoch_order(len(problems), seed, epoch, shuffle)[i])])
-    return out
 
 
 # ------------------------------------------------------------------ the loop ----------------
@@ -175,11 +122,6 @@ def evaluates_after(settings: EvalSettings, done: int, total: int) -> bool:
     if done == total:
         return settings.at_end
     return done % settings.interval == 0
-
-
-def problems_of_eval(cfg: RunConfig, tokenizer: Tokenizer) -> list[Problem]:
-    """The ``eval.*`` problems of the periodic evaluation ([] when ``eval.interval`` is 0)."""
-    return load_problem_set(cfg.eval, tokenizer) if cfg.eval.interval else []
 
 
 def make_eval_fn(cfg: RunConfig, problems: Sequence[Problem], executor: Executor, layout: RolloutLayout,
@@ -242,6 +184,78 @@ class RunContext:
     masked_streak: int = 0            # RL steps in a row with every sample masked
 
 
+def open_checkpointer(cfg: RunConfig, stack: contextlib.ExitStack, resume: bool
+                      ) -> tuple[ckpt_lib.Checkpointer, bool]:
+    """The run's Checkpointer on ``<output_dir>/checkpoints`` (closed by ``stack``) and whether it
+    restores one (``resume`` and a checkpoint exists); ValueError when checkpoints exist and not
+    ``resume``."""
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    ckpt_dir = os.path.join(cfg.output_dir, "checkpoints")
+    ckpt = stack.enter_context(ckpt_lib.Checkpointer(
+        ckpt_dir, max_to_keep=cfg.checkpoint.keep, save_interval_steps=cfg.checkpoint.interval))
+    if not resume and ckpt.latest_step() is not None:
+        raise ValueError(f"{ckpt_dir!r} already holds checkpoints (latest step "
+                         f"{ckpt.latest_step()}); pass resume=True (--resume) or a new output_dir")
+    return ckpt, resume and ckpt.latest_step() is not None
+
+
+def load_model(cfg: RunConfig, model_dir: str, mesh: jax.sharding.Mesh,
+               weights: tuple[Any, Any, Tokenizer] | None, restoring: bool) -> tuple[Any, Any]:
+    """(Qwen2Config with the ``model.*`` overrides and compute dtype, params): ``weights`` given in
+    memory, else the HF checkpoint ``model_dir`` on ``mesh``; params None when resuming without a KL
+    reference (the checkpoint holds the weights, only config.json is read)."""
+    from maxk_jax.models import convert, qwen2
+
+    overrides = {"remat": cfg.model.remat, "remat_policy": cfg.model.remat_policy,
+                 "decode_attention": cfg.model.decode_attention}
+    if weights is not None:
+        model_config, params = weights[0].replace(**overrides), weights[1]
+    elif cfg.algo.loss.needs_reference or not restoring:
+        model_config, params = convert.load_hf(model_dir, cfg.model.dtype, mesh=mesh, **overrides)
+    else:  # resuming without a KL reference: the checkpoint holds the weights
+        model_config = qwen2.Qwen2Config.from_json_file(
+            os.path.join(model_dir, "config.json"), dtype=cfg.model.dtype,
+            param_dtype=cfg.model.dtype, **overrides)
+        params = None
+    return model_config.replace(dtype=cfg.model.compute_dtype or cfg.model.dtype), params
+
+
+def restore_state(cfg: RunConfig, ckpt: ckpt_lib.Checkpointer, abstract: training.TrainState
+                  ) -> tuple[training.TrainState, int, jax.Array]:
+    """(train state, first RL step, PRNG key) of the newest checkpoint, restored onto ``abstract``'s
+    shardings; `ResumeError` when it cannot be read, ValueError when its data position does not
+    match the config."""
+    ckpt_dir = os.path.join(cfg.output_dir, "checkpoints")
+    try:
+        restored, meta = ckpt.restore(None, _to_ckpt(abstract))
+    except Exception as err:  # noqa: BLE001 - orbax's errors on a damaged step name nothing
+        raise ResumeError(f"cannot resume from the orbax checkpoint {ckpt_dir}/{ckpt.latest_step()} "
+                         f"(corrupt, or written by another config): {type(err).__name__}: "
+                         f"{' '.join(str(err).split())[:300]}") from err
+    state, start = _from_ckpt(restored), int(meta["rl_step"])
+    rng = ckpt_lib.decode_prng_key(meta["rng"])
+    if meta["data_position"] != start * cfg.rollout.prompts:
+        raise ValueError(f"checkpoint data_position={meta['data_position']} does not match "
+                         f"rl_step={start} x rollout.prompts={cfg.rollout.prompts}: the run "
+                         "config changed; resume with the original config")
+    logging.info("resumed from %s at RL step %d", ckpt_dir, start)
+    return state, start, rng
+
+
+def open_logger(cfg: RunConfig, stack: contextlib.ExitStack, resume_step: int | None) -> MetricsLogger | None:
+    """Process 0: the run's MetricsLogger (closed by ``stack``) and ``<output_dir>/config.json``;
+    None on the other processes."""
+    if jax.process_index() != 0:
+        return None
+    logger = MetricsLogger(cfg.output_dir, tensorboard=cfg.log.tensorboard,
+                           wandb_project=cfg.log.wandb_project or None, run_name=cfg.name,
+                           run_config=to_config_dict(cfg).to_dict(), resume_step=resume_step)
+    stack.callback(logger.close)
+    with open(os.path.join(cfg.output_dir, "config.json"), "w", encoding="utf-8") as f:
+        f.write(to_config_dict(cfg).to_json_best_effort(indent=2))
+    return logger
+
+
 def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
           executor: Executor | None = None, eval_fn: EvalFn | None = None,
           weights: tuple[Any, Any, Tokenizer] | None = None, problems: Sequence[Problem] | None = None) -> RunContext:
@@ -250,7 +264,6 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     `stack`, which closes them). ``weights`` = (Qwen2Config, params, tokenizer) in memory instead of
     ``model.path`` and ``problems`` instead of the data section (a benchmark's random weights:
     ``maxk_jax.rl.bench``; no resume)."""
-    from maxk_jax.models import convert, qwen2
     from maxk_jax.models.tokenizer import load_tokenizer
 
     if not isinstance(cfg, RunConfig):
@@ -268,32 +281,13 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     if cfg.rollout.prompts % hosts:
         raise ValueError(f"rollout.prompts={cfg.rollout.prompts} must be a multiple of the {hosts} "
                          "processes (each host samples and judges an equal share of a step's prompts)")
-    os.makedirs(cfg.output_dir, exist_ok=True)
-    ckpt_dir = os.path.join(cfg.output_dir, "checkpoints")
-    ckpt = stack.enter_context(ckpt_lib.Checkpointer(
-        ckpt_dir, max_to_keep=cfg.checkpoint.keep, save_interval_steps=cfg.checkpoint.interval))
-    restoring = resume and ckpt.latest_step() is not None
-    if not resume and ckpt.latest_step() is not None:
-        raise ValueError(f"{ckpt_dir!r} already holds checkpoints (latest step "
-                         f"{ckpt.latest_step()}); pass resume=True (--resume) or a new output_dir")
+    ckpt, restoring = open_checkpointer(cfg, stack, resume)
 
     model_dir = os.path.abspath(cfg.model.path)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir) if weights is None else weights[2]
     problems = (load_problem_set(cfg.data, tokenizer) if problems is None   # before the weights: fails fast
                 else list(problems))
-    need_weights = cfg.algo.loss.needs_reference or not restoring
-    overrides = {"remat": cfg.model.remat, "remat_policy": cfg.model.remat_policy,
-                 "decode_attention": cfg.model.decode_attention}
-    if weights is not None:
-        model_config, params = weights[0].replace(**overrides), weights[1]
-    elif need_weights:
-        model_config, params = convert.load_hf(model_dir, cfg.model.dtype, mesh=mesh, **overrides)
-    else:  # resuming without a KL reference: the checkpoint holds the weights
-        model_config = qwen2.Qwen2Config.from_json_file(
-            os.path.join(model_dir, "config.json"), dtype=cfg.model.dtype,
-            param_dtype=cfg.model.dtype, **overrides)
-        params = None
-    model_config = model_config.replace(dtype=cfg.model.compute_dtype or cfg.model.dtype)
+    model_config, params = load_model(cfg, model_dir, mesh, weights, restoring)
     model_config = cfg.resolved_model_config(model_config, mesh, problems, tokenizer)   # remat "auto": by memory
     total = cfg.num_rl_steps(len(problems))
     tx, schedule = training.make_optimizer(
@@ -302,23 +296,9 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
         b2=cfg.optim.b2, eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
         max_grad_norm=cfg.optim.max_grad_norm or None, mu_dtype=cfg.optim.mu_dtype or None)
     abstract, shardings = training.abstract_train_state(model_config, tx, mesh)
-    if restoring:
-        try:
-            restored, meta = ckpt.restore(None, _to_ckpt(abstract))
-        except Exception as err:  # noqa: BLE001 - orbax's errors on a damaged step name nothing
-            raise ResumeError(f"cannot resume from the orbax checkpoint {ckpt_dir}/{ckpt.latest_step()} "
-                             f"(corrupt, or written by another config): {type(err).__name__}: "
-                             f"{' '.join(str(err).split())[:300]}") from err
-        state, start = _from_ckpt(restored), int(meta["rl_step"])
-        rng = ckpt_lib.decode_prng_key(meta["rng"])
-        if meta["data_position"] != start * cfg.rollout.prompts:
-            raise ValueError(f"checkpoint data_position={meta['data_position']} does not match "
-                             f"rl_step={start} x rollout.prompts={cfg.rollout.prompts}: the run "
-                             "config changed; resume with the original config")
-        logging.info("resumed from %s at RL step %d", ckpt_dir, start)
-    else:
-        state, _ = training.create_train_state(model_config, params, tx, mesh)
-        start, rng = 0, jax.random.key(cfg.seed)
+    state, start, rng = (restore_state(cfg, ckpt, abstract) if restoring
+                         else (training.create_train_state(model_config, params, tx, mesh)[0], 0,
+                               jax.random.key(cfg.seed)))
     ref_params = params if cfg.algo.loss.needs_reference else None
     if ref_params is not None and cfg.model.reference_dtype:
         ref_params = jax.tree.map(lambda x: x.astype(cfg.model.reference_dtype), ref_params)
@@ -336,16 +316,7 @@ def setup(cfg: RunConfig, stack: contextlib.ExitStack, *, resume: bool = False,
     sampler = cfg.rollout_sampler(model_config, tokenizer).replace(mesh=layout.mesh)
     if eval_fn is None:
         eval_fn = make_eval_fn(cfg, problems_of_eval(cfg, tokenizer), executor, layout, sampler, share_mesh=mesh)
-    lead = jax.process_index() == 0
-    logger = MetricsLogger(cfg.output_dir, tensorboard=cfg.log.tensorboard,
-                           wandb_project=cfg.log.wandb_project or None, run_name=cfg.name,
-                           run_config=to_config_dict(cfg).to_dict(),
-                           resume_step=start if restoring else None) if lead else None
-    if logger is not None:
-        stack.callback(logger.close)
-    if lead:
-        with open(os.path.join(cfg.output_dir, "config.json"), "w", encoding="utf-8") as f:
-            f.write(to_config_dict(cfg).to_json_best_effort(indent=2))
+    logger = open_logger(cfg, stack, start if restoring else None)
     producer = make_producer(cfg, problems, executor, sampler, mesh, start=start, total=total, rng=rng,
                              ready=(producer_lib.load_in_flight(producer_lib.in_flight_folder(cfg.output_dir), start)
                                     if restoring and cfg.rollout.max_staleness else None))

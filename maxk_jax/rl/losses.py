@@ -330,6 +330,53 @@ def _masked_stats(x: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array, jax
     return mean, lo, hi
 
 
+def _check_loss_inputs(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mask: jax.Array,
+                       config: LossConfig, ref_logp: jax.Array | None, logits: jax.Array | None,
+                       entropy: jax.Array | None) -> None:
+    """`policy_loss`'s input checks (shapes as there): one ValueError naming the bad input."""
+    if not isinstance(config, LossConfig):
+        raise ValueError(f"config must be a LossConfig, got {type(config).__name__}")
+    _check_tokens("logp", logp, mask)
+    _check_tokens("old_logp", old_logp, mask)
+    _check_per_sequence("advantages", advantages, mask)
+    if config.needs_reference and ref_logp is None:
+        raise ValueError(f"kl_beta={config.kl_beta} > 0 needs ref_logp, got None")
+    if logits is not None and entropy is not None:
+        raise ValueError("pass logits or entropy, not both")
+    if config.entropy_coef > 0 and logits is None and entropy is None:
+        raise ValueError(f"entropy_coef={config.entropy_coef} > 0 needs logits or entropy, got None")
+    if entropy is not None:
+        _check_tokens("entropy", entropy, mask)
+    if logits is not None and logits.shape[:2] != mask.shape:
+        raise ValueError(f"logits has shape {logits.shape}, expected [B, T, V] with [B, T] = "
+                         f"{mask.shape}")
+
+
+def ratio_metrics(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mask: jax.Array,
+                  config: LossConfig) -> dict[str, jax.Array]:
+    """The trust-region statistics of `policy_loss` (no gradient): logp, old_logp [B, T], advantages
+    [B], mask [B, T] bool -> clip_fraction, ratio_out_of_range_fraction, ratio_mean / min / max,
+    approx_kl_old, num_tokens (scalars; see `policy_loss`)."""
+    m = mask
+    eps_l, eps_h, level = config.eps_low, config.eps_high, config.ratio_level
+    ratio = jax.lax.stop_gradient(jnp.exp(level_log_ratio(logp, old_logp, m, level)))
+    adv = jax.lax.stop_gradient(advantages.astype(jnp.float32))
+    count = jnp.sum(m).astype(jnp.float32)
+    kept = trust_region_mask(ratio, adv, m, eps_l, eps_h)
+    out_of_range = m & ((ratio > 1.0 + eps_h) | (ratio < 1.0 - eps_l))
+    ratio_mean, ratio_min, ratio_max = _masked_stats(ratio, m)
+    log_ratio = jax.lax.stop_gradient(_masked(logp, m) - _masked(old_logp, m))
+    return {
+        "clip_fraction": jnp.sum(m & ~kept) / count,
+        "ratio_out_of_range_fraction": jnp.sum(out_of_range) / count,
+        "ratio_mean": ratio_mean,
+        "ratio_min": ratio_min,
+        "ratio_max": ratio_max,
+        "approx_kl_old": _masked_stats(jnp.expm1(log_ratio) - log_ratio, m)[0],
+        "num_tokens": count,
+    }
+
+
 def policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mask: jax.Array,
                 config: LossConfig, *, ref_logp: jax.Array | None = None,
                 logits: jax.Array | None = None, entropy: jax.Array | None = None
@@ -350,50 +397,14 @@ def policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mas
       kl_ref (agg of the selected estimator, if ref_logp given); entropy (token mean, if
       logits given).
     """
-    if not isinstance(config, LossConfig):
-        raise ValueError(f"config must be a LossConfig, got {type(config).__name__}")
-    _check_tokens("logp", logp, mask)
-    _check_tokens("old_logp", old_logp, mask)
-    _check_per_sequence("advantages", advantages, mask)
-    if config.needs_reference and ref_logp is None:
-        raise ValueError(f"kl_beta={config.kl_beta} > 0 needs ref_logp, got None")
-    if logits is not None and entropy is not None:
-        raise ValueError("pass logits or entropy, not both")
-    if config.entropy_coef > 0 and logits is None and entropy is None:
-        raise ValueError(f"entropy_coef={config.entropy_coef} > 0 needs logits or entropy, got None")
-    if entropy is not None:
-        _check_tokens("entropy", entropy, mask)
-    if logits is not None and logits.shape[:2] != mask.shape:
-        raise ValueError(f"logits has shape {logits.shape}, expected [B, T, V] with [B, T] = "
-                         f"{mask.shape}")
-
+    _check_loss_inputs(logp, old_logp, advantages, mask, config, ref_logp, logits, entropy)
     m = _bool_mask(mask)
     agg = lambda v: aggregate(v, m, config.aggregation, config.norm_length)  # noqa: E731
-    eps_l, eps_h = config.eps_low, config.eps_high
-    level = config.ratio_level
-    if config.kind == "clipped":
-        per_token = clipped_surrogate(logp, old_logp, advantages, m, eps_l, eps_h, level)
-    else:
-        per_token = is_weighted_surrogate(logp, old_logp, advantages, m, eps_l, eps_h, level)
+    surrogate = clipped_surrogate if config.kind == "clipped" else is_weighted_surrogate
+    per_token = surrogate(logp, old_logp, advantages, m, config.eps_low, config.eps_high, config.ratio_level)
     loss_policy = agg(per_token)
 
-    ratio = jax.lax.stop_gradient(jnp.exp(level_log_ratio(logp, old_logp, m, level)))
-    adv = jax.lax.stop_gradient(advantages.astype(jnp.float32))
-    count = jnp.sum(m).astype(jnp.float32)
-    kept = trust_region_mask(ratio, adv, m, eps_l, eps_h)
-    out_of_range = m & ((ratio > 1.0 + eps_h) | (ratio < 1.0 - eps_l))
-    ratio_mean, ratio_min, ratio_max = _masked_stats(ratio, m)
-    log_ratio = jax.lax.stop_gradient(_masked(logp, m) - _masked(old_logp, m))
-    metrics = {
-        "loss_policy": loss_policy,
-        "clip_fraction": jnp.sum(m & ~kept) / count,
-        "ratio_out_of_range_fraction": jnp.sum(out_of_range) / count,
-        "ratio_mean": ratio_mean,
-        "ratio_min": ratio_min,
-        "ratio_max": ratio_max,
-        "approx_kl_old": _masked_stats(jnp.expm1(log_ratio) - log_ratio, m)[0],
-        "num_tokens": count,
-    }
+    metrics = {"loss_policy": loss_policy, **ratio_metrics(logp, old_logp, advantages, m, config)}
 
     loss_kl = jnp.float32(0.0)
     if ref_logp is not None:   # KL to the reference: the term (kl_target "reference") or a metric

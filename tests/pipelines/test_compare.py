@@ -280,6 +280,34 @@ def test_the_final_evaluation_extends_the_curves_only_when_it_samples_the_same_k
     assert not final_eval_extends_curves(replace_fields(cfg, {"rl.eval.interval": 0}))
 
 
+def test_the_comparison_directory_and_its_setup_lines(tmp_path):
+    from maxk_jax.pipelines.compare import setup_lines, start_out_dir
+
+    out = tmp_path / "cmp"
+    start_out_dir(str(out), {"methods": ["grpo"]}, overwrite=False)
+    (out / "old.txt").write_text("x")
+    start_out_dir(str(out), {"methods": ["grpo", "maxk"]}, overwrite=False)   # kept: a resume
+    assert (out / "old.txt").is_file()
+    start_out_dir(str(out), {"methods": ["maxk"]}, overwrite=True)            # emptied first
+    assert sorted(p.name for p in out.iterdir()) == ["compare_config.json"]
+    assert json.loads((out / "compare_config.json").read_text()) == {"methods": ["maxk"]}
+
+    class Judge:
+        stats = {"judged": 3, "submissions": 10}
+
+    cfg = smoke_config()
+    lines = setup_lines(cfg, [0, 1], base_record={"param_count": 12345}, model_path="/m", num_problems=4,
+                        unfinished=["grpo seed 1"], judge=Judge())
+    assert lines[0].startswith("- base: 12,345-parameter tiny Qwen2") and "(`/m`)" in lines[0]
+    assert "seeds [0, 1] (finished runs only; not finished: grpo seed 1)" in lines[1]
+    assert lines[2].startswith("- evaluation: 4 synthetic test problems")
+    assert lines[3] == "- judge: 3 distinct programs judged for 10 submissions in this invocation"
+    cfg = replace_fields(cfg, {"executor_cache": False})
+    lines = setup_lines(cfg, [0], base_record={"param_count": 1}, model_path="/m", num_problems=4, unfinished=[],
+                        judge=Judge())
+    assert lines[3] == "- judge: every submission judged (executor_cache off)" and "not finished" not in lines[1]
+
+
 def test_reference_validation():
     from maxk_jax.pipelines import validate_methods
 

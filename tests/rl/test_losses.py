@@ -306,6 +306,23 @@ def test_metrics_clip_fraction_and_ratio_stats():
     assert "kl_ref" not in m and "entropy" not in m
 
 
+def test_ratio_metrics_are_the_statistics_policy_loss_reports():
+    rng = np.random.default_rng(3)
+    logp, old = (jnp.asarray(rng.normal(size=(3, 5)) * 0.3, jnp.float32) for _ in range(2))
+    mask = jnp.asarray(np.arange(5)[None] < np.array([[5], [2], [4]]))
+    adv = jnp.array([1.0, -0.5, 2.0])
+    config = LossConfig(eps_low=0.1, eps_high=0.2)
+    stats = losses.ratio_metrics(logp, old, adv, mask, config)
+    _, m = losses.policy_loss(logp, old, adv, mask, config)
+    assert set(stats) == {"clip_fraction", "ratio_out_of_range_fraction", "ratio_mean", "ratio_min", "ratio_max",
+                          "approx_kl_old", "num_tokens"}
+    for key, value in stats.items():
+        np.testing.assert_allclose(float(value), float(m[key]), rtol=1e-6, err_msg=key)
+    rho = np.exp(np.asarray(logp - old))[np.asarray(mask)]
+    assert float(stats["num_tokens"]) == 11 and float(stats["ratio_max"]) == pytest.approx(rho.max(), rel=1e-6)
+    assert float(stats["ratio_out_of_range_fraction"]) == pytest.approx(np.mean((rho > 1.2) | (rho < 0.9)))
+
+
 def test_loss_terms_add_up_and_entropy_matches_numpy():
     rng = np.random.default_rng(10)
     logits = rng.normal(size=(3, 4, V)).astype(np.float32)
