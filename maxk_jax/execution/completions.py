@@ -23,7 +23,7 @@ import numpy as np
 
 from maxk_jax.data.extract import extract_code
 from maxk_jax.data.problem import Problem
-from maxk_jax.execution import Executor
+from maxk_jax.execution.executor import Executor
 from maxk_jax.sampling.sampler import ProblemSamples
 
 STATUSES = ("ok", "sandbox_error", "invalid")
