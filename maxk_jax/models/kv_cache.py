@@ -141,24 +141,17 @@ def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
         live = context_platform() == "tpu"
     if live and valid.ndim == 1:
         return _attend_live(q, k_new, v_new, prompt_k, prompt_v, prompt_valid, cache_k, cache_v, valid, block)
+    qg, s_prompt, s_self = _prompt_and_self_scores(q, k_new, prompt_k, prompt_valid)
     b, h, d = q.shape
     p, kv, _, _ = prompt_k.shape
-    if b % p:
-        raise ValueError(f"attend_decode: {b} query rows are not a multiple of {p} prompts")
     n, g = b // p, h // kv
-    qg = q.reshape(b, kv, g, d)
     scale = d ** -0.5
     neg = jnp.finfo(jnp.float32).min
     f32 = jnp.float32
-    # Prompt block, scores [P, K, n, G, Tp]: one matmul per (prompt, kv head) over its n*G queries.
-    s_prompt = jnp.einsum("pnkgd,pksd->pkngs", qg.reshape(p, n, kv, g, d), prompt_k,
-                          preferred_element_type=f32) * scale
-    s_prompt = jnp.where(prompt_valid[:, None, None, None, :], s_prompt, neg)
     # Own block, scores [B, K, G, S]: a matmul per (row, kv head) reading the cache in its dtype.
     s_cache = jnp.einsum("bkgd,bksd->bkgs", qg, cache_k, preferred_element_type=f32) * scale
     s_cache = jnp.where(jnp.broadcast_to(valid, (b, cache_k.shape[2]))[:, None, None, :],
                         s_cache, neg)
-    s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=f32) * scale
     m_prompt = jnp.max(s_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g)
     m = jnp.maximum(jnp.maximum(m_prompt, jnp.max(s_cache, axis=-1)), s_self)  # [B, K, G]
     m_pkng = m.reshape(p, n, kv, g).transpose(0, 2, 1, 3)
@@ -178,6 +171,25 @@ def attend_decode(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: ja
     return out.astype(q.dtype).reshape(b, h, d)
 
 
+def _prompt_and_self_scores(q: jax.Array, k_new: jax.Array, prompt_k: jax.Array,
+                            prompt_valid: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """What both decode attentions start from: ``qg`` = q [B,H,D] as [B,K,G,D]; the prompt block's
+    scores [P,K,n,G,Tp] (one matmul per (prompt, kv head) over its n*G queries; invalid prompt slots at
+    float32's min) and the token's own score [B,K,G], float32, scaled by D^-0.5."""
+    b, h, d = q.shape
+    p, kv, _, _ = prompt_k.shape
+    if b % p:
+        raise ValueError(f"attend_decode: {b} query rows are not a multiple of {p} prompts")
+    n, g = b // p, h // kv
+    qg = q.reshape(b, kv, g, d)
+    scale = d ** -0.5
+    s_prompt = jnp.einsum("pnkgd,pksd->pkngs", qg.reshape(p, n, kv, g, d), prompt_k,
+                          preferred_element_type=jnp.float32) * scale
+    s_prompt = jnp.where(prompt_valid[:, None, None, None, :], s_prompt, jnp.finfo(jnp.float32).min)
+    s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=jnp.float32) * scale
+    return qg, s_prompt, s_self
+
+
 def _attend_live(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax.Array, prompt_v: jax.Array,
                  prompt_valid: jax.Array, cache_k: jax.Array, cache_v: jax.Array, valid: jax.Array,
                  block: int) -> jax.Array:
@@ -186,20 +198,14 @@ def _attend_live(q: jax.Array, k_new: jax.Array, v_new: jax.Array, prompt_k: jax
     max, denominator and weighted sum, as flash attention) over ``ceil(live / block)`` blocks of
     ``block`` slots, each a ``dynamic_slice`` of cache_k / cache_v [B,K,S,D] (the last block
     starts at ``S - block`` and masks the slots earlier blocks read). Same shapes and dtypes."""
+    qg, s_prompt, s_self = _prompt_and_self_scores(q, k_new, prompt_k, prompt_valid)
     b, h, d = q.shape
     p, kv, _, _ = prompt_k.shape
-    if b % p:
-        raise ValueError(f"attend_decode: {b} query rows are not a multiple of {p} prompts")
     n, g, slots = b // p, h // kv, cache_k.shape[2]
     bk = min(block, slots)
-    qg = q.reshape(b, kv, g, d)
     scale = d ** -0.5
     neg = jnp.finfo(jnp.float32).min
     f32 = jnp.float32
-    s_prompt = jnp.einsum("pnkgd,pksd->pkngs", qg.reshape(p, n, kv, g, d), prompt_k,
-                          preferred_element_type=f32) * scale
-    s_prompt = jnp.where(prompt_valid[:, None, None, None, :], s_prompt, neg)
-    s_self = jnp.einsum("bkgd,bkd->bkg", qg, k_new, preferred_element_type=f32) * scale
     m = jnp.maximum(jnp.max(s_prompt, axis=-1).transpose(0, 2, 1, 3).reshape(b, kv, g), s_self)
     m_pkng = m.reshape(p, n, kv, g).transpose(0, 2, 1, 3)
     p_prompt = jnp.exp(s_prompt - m_pkng[..., None])
