@@ -14,6 +14,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``gpu_plugin`` (a deviceless XLA:GPU compile) skips where no CUDA plugin is installed."""
+    if item.get_closest_marker("gpu_plugin") is not None:
+        from maxk_jax.planning import gpu_plan
+        if not gpu_plan.plugin_available():
+            pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory):
     """A 2-layer, 32-wide random tiny Qwen2 checkpoint (HF format) with a BPE tokenizer trained on 60

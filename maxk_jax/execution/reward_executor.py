@@ -64,8 +64,9 @@ class RewardFunctionExecutor(Executor):
             if not isinstance(sub, dict) or not isinstance(sub.get("problem"), Problem) \
                     or not isinstance(sub.get("completion"), str):
                 raise ValueError(f"the reward function {self.name} scores completions: each submission must be "
-                                 "{'id', 'problem': Problem, 'completion': str} (maxk_jax.execution.completions.judge_completions "
-                                 f"sends those), got {sub!r:.120}")
+                                 "{'id', 'problem': Problem, 'completion': str} "
+                                 "(maxk_jax.execution.completions.judge_completions sends those), "
+                                 f"got {sub!r:.120}")
         return [self._result(sub, r) for sub, r in zip(subs, self._rewards(subs))]
 
     def _rewards(self, subs: list[CompletionSubmission]) -> list[Any]:

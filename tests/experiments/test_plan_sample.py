@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from maxk_jax.planning import gpu_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,10 +28,9 @@ def test_default_cases_are_the_flags_case_then_the_rl_batch_sizes():
     assert cases_or_default(["4x256:512/256"], (16, 8, 512, 256)) == [(4, 256, 512, 256)]
 
 
+@pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_h100_plan_of_the_rl_batch_size(tmp_path):
-    if not gpu_plan.plugin_available():
-        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
     out = _plan("--target=h100", "--presets=qwen2.5-coder-1.5b", "--cases=16x32:512/256", "--decode_attention=pallas",
                 f"--results_dir={tmp_path}")
     assert out.returncode == 0, out.stderr[-3000:]

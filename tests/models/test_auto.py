@@ -134,10 +134,9 @@ def test_train_step_remat_by_a_real_compile_on_cpu():
                                           device=between) == "dots"                                   # explicit wins
 
 
+@pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_deviceless_h100_resolves_auto_to_pallas_and_compiles_the_remat_candidates():
-    if not gpu_plan.plugin_available():
-        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
     mesh = gpu_plan.target_mesh("h100")
     with jax.sharding.use_mesh(mesh) if hasattr(jax.sharding, "use_mesh") else jax.set_mesh(mesh):
         assert decode_attention.resolve("auto") == "pallas"

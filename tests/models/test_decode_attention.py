@@ -259,7 +259,6 @@ def test_decode_step_with_pallas_equals_xla(cache_dtype):
     (1, 128, 1024),
 ])
 @pytest.mark.gpu_plugin
-@pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
 def test_compiles_for_a_deviceless_h100_as_triton_kernels(p, n, tp):
     mesh = gpu_plan.target_mesh("h100")
     rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
@@ -272,7 +271,6 @@ def test_compiles_for_a_deviceless_h100_as_triton_kernels(p, n, tp):
 
 
 @pytest.mark.gpu_plugin
-@pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
 def test_write_cache_compiles_to_an_in_place_write_for_a_deviceless_h100():
     # with the cache donated, the own kernel's aliased outputs reuse its buffers: no copy of the
     # cache and no separate write kernel (dynamic-update-slice), only the two Triton kernels
@@ -317,7 +315,6 @@ def test_generate_with_pallas_on_a_tensor_parallel_mesh_equals_xla_on_one_device
 
 
 @pytest.mark.gpu_plugin
-@pytest.mark.skipif(not gpu_plan.plugin_available(), reason="needs the CUDA plugin (deviceless GPU compile)")
 def test_compiles_for_two_deviceless_h100s_per_device_without_collectives():
     # tensor parallel: the 2 KV heads (and their 12 query heads) split over 2 GPUs, each running both
     # Triton kernels on its own cache shard: nothing gathered or reduced

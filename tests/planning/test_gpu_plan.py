@@ -206,8 +206,6 @@ def test_decode_step_costs_needs_a_loop_and_ideal_bytes_count_prompts_once():
 @pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_h100_plan_of_a_small_model():
-    if not gpu_plan.plugin_available():
-        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
     config = qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                                num_kv_heads=2, dtype="bfloat16")
     r = gpu_plan.gpu_decode_report(config, SamplerSettings(n=2, max_new_tokens=8), 2, 16)
@@ -238,8 +236,6 @@ def test_own_cache_unread_bytes_counts_the_slots_past_the_average_step():
 @pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_h100_plan_with_the_pallas_decode_attention_and_xla_options():
-    if not gpu_plan.plugin_available():
-        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
     config = qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                                num_kv_heads=2, dtype="bfloat16", decode_attention="pallas")
     options = {"xla_gpu_experimental_force_split_k": 1}
@@ -257,8 +253,6 @@ def test_h100_plan_with_the_pallas_decode_attention_and_xla_options():
 @pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_h100_plan_counts_split_k_partials_only_where_xla_splits():
-    if not gpu_plan.plugin_available():
-        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
     config = qwen2.Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=1024, num_layers=2, num_heads=4,
                                num_kv_heads=2, dtype="bfloat16", decode_attention="pallas")
     settings = SamplerSettings(n=8, max_new_tokens=32)
@@ -280,8 +274,6 @@ def test_target_mesh_refuses_a_bad_tensor_size_before_looking_for_the_plugin():
 @pytest.mark.gpu_plugin
 @pytest.mark.slow
 def test_h100_train_memory_grows_with_what_the_remat_policy_keeps():
-    if not gpu_plan.plugin_available():
-        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
     from maxk_jax.rl import training
     config = qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=256, num_layers=2, num_heads=4,
                                num_kv_heads=2, dtype="bfloat16", remat=True)

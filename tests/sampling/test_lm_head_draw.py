@@ -125,8 +125,6 @@ def test_h100_decode_loop_runs_the_fused_draw_as_one_more_triton_kernel():
     """The whole decode loop compiled for a deviceless H100: decode_draw="pallas" adds one Triton kernel per
     step to the decode attention's two per layer (decode_draw="xla": those only)."""
     from maxk_jax.planning import gpu_plan
-    if not gpu_plan.plugin_available():
-        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
     config = qwen2.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                                num_kv_heads=2, dtype="bfloat16", decode_attention="pallas")
     settings = sampling.SamplerSettings(n=2, max_new_tokens=32)
@@ -140,8 +138,6 @@ def test_h100_decode_loop_runs_the_fused_draw_as_one_more_triton_kernel():
 def test_h100_compile_of_the_fused_draw_at_the_preset_shapes():
     from maxk_jax.planning import gpu_plan
     from maxk_jax.runtime import sharding as sh
-    if not gpu_plan.plugin_available():
-        pytest.skip("the CUDA plugin (the cuda extra's libraries) is not installed")
     mesh = gpu_plan.target_mesh("h100")
     rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-7b"):
