@@ -323,17 +323,14 @@ def causal_mask(mask: jax.Array) -> jax.Array:
     return causal[None] & mask[:, None, :]
 
 
-_check_tokens, _causal_mask = check_tokens, causal_mask   # the names this module's callers use
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def logits(config: Qwen2Config, params: Params, tokens: jax.Array,
            attention_mask: jax.Array | None = None) -> jax.Array:
     """Full forward without cache. tokens [B,T] int, attention_mask [B,T] (1 = real token, left
     padding allowed; None = all real) -> float32 logits [B,T,V]."""
-    mask = _check_tokens(tokens, attention_mask)
+    mask = check_tokens(tokens, attention_mask)
     out, _ = Qwen2(config).apply({"params": params}, tokens, positions_from_mask(mask),
-                                 _causal_mask(mask))
+                                 causal_mask(mask))
     return out
 
 
@@ -343,9 +340,9 @@ def hidden_states(config: Qwen2Config, params: Params, tokens: jax.Array,
     """Full forward without cache and WITHOUT the LM head: tokens [B,T] int, attention_mask [B,T]
     (as :func:`logits`) -> final-normed hidden states [B,T,E] in ``config.dtype``.
     ``logits == hidden_states @ lm_head_weight`` (see :func:`lm_head_weight`)."""
-    mask = _check_tokens(tokens, attention_mask)
+    mask = check_tokens(tokens, attention_mask)
     out, _ = Qwen2(config, head=False).apply({"params": params}, tokens, positions_from_mask(mask),
-                                             _causal_mask(mask))
+                                             causal_mask(mask))
     return out
 
 
@@ -416,14 +413,14 @@ def prefill(config: Qwen2Config, params: Params, tokens: jax.Array, attention_ma
     materialising the others) and the cache with prompt slots 0..T-1 filled,
     ``prompt_valid[:, :T] = mask`` and ``length = 0`` (no generated token yet).
     """
-    mask = _check_tokens(tokens, attention_mask)
+    mask = check_tokens(tokens, attention_mask)
     b, t = tokens.shape
     if cache.prompt_k[0].shape[0] != b:
         raise ValueError(f"cache prompt batch {cache.prompt_k[0].shape[0]} != tokens batch {b}")
     if t > cache.prompt_len:
         raise ValueError(f"prompt length {t} exceeds cache prompt_len {cache.prompt_len}")
     out, (k, v) = Qwen2(config, mode="prefill", last_only=last_only).apply(
-        {"params": params}, tokens, positions_from_mask(mask), _causal_mask(mask))
+        {"params": params}, tokens, positions_from_mask(mask), causal_mask(mask))
     # Layer i's [P,T,K,D] -> [P,K,T,D], written into its prompt slots 0..T-1.
     k = tuple(jax.lax.dynamic_update_slice(c, k[i].swapaxes(1, 2).astype(c.dtype), (0, 0, 0, 0))
               for i, c in enumerate(cache.prompt_k))
